@@ -1,0 +1,85 @@
+"""ragloop: loop engineering for RAG.
+
+Retrieval loops that notice when the evidence misses, try again, and record every step.
+See README.md for the quick start; the public API is exactly ``__all__``.
+"""
+
+import importlib.metadata as _metadata
+
+from ragloop.components.evaluators import LLMEvaluator
+from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
+from ragloop.core.budget import Budget, BudgetSpend, record_usage
+from ragloop.core.errors import (
+    BudgetExceeded,
+    ComponentError,
+    ConfigError,
+    EmptyTraceError,
+    ModelError,
+    RagloopError,
+    ScriptExhausted,
+)
+from ragloop.core.jsonparse import Parsed, ParseFailure, parse_llm_json
+from ragloop.core.protocols import (
+    ChatModel,
+    Embedder,
+    Evaluator,
+    Generator,
+    Reformulator,
+    Retriever,
+)
+from ragloop.core.rag_records import (
+    EvaluationResult,
+    GeneratorOutput,
+    LoopIteration,
+    LoopResult,
+    ReformulationOutput,
+    ReformulationStrategy,
+)
+from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall, Usage
+from ragloop.engines.rag import LoopConfig, RAGLoop
+
+try:
+    __version__ = _metadata.version("ragloop")
+except _metadata.PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "unknown"
+
+__all__ = [
+    "Budget",
+    "BudgetExceeded",
+    "BudgetSpend",
+    "ChatModel",
+    "Chunk",
+    "ComponentError",
+    "ConfigError",
+    "Embedder",
+    "EmptyTraceError",
+    "EvaluationResult",
+    "Evaluator",
+    "Generator",
+    "GeneratorOutput",
+    "HeuristicReformulator",
+    "LLMEvaluator",
+    "LLMReformulator",
+    "LoopConfig",
+    "LoopIteration",
+    "LoopResult",
+    "Message",
+    "ModelError",
+    "ModelResponse",
+    "ParseFailure",
+    "Parsed",
+    "RAGLoop",
+    "RagloopError",
+    "ReformulationOutput",
+    "ReformulationStrategy",
+    "Reformulator",
+    "Retriever",
+    "ScriptExhausted",
+    "StopReason",
+    "Tool",
+    "ToolCall",
+    "Usage",
+    "__version__",
+    "parse_llm_json",
+    "record_usage",
+]

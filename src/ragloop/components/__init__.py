@@ -1,0 +1,1 @@
+"""Pluggable components: evaluators, reformulators, prompts and the text utilities they share."""

@@ -1,0 +1,179 @@
+"""Reformulators: rewrite the retrieval query after a failing iteration.
+
+:class:`HeuristicReformulator` picks a strategy from the evaluator's reason with ragsnag's keyword
+table and rewrites the query without an LLM (see :mod:`ragloop.components.rewriting` for what
+each strategy does). :class:`LLMReformulator` asks an LLM and falls back to the heuristic one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, model_validator
+
+from ragloop.components.prompts import reformulator_prompt
+from ragloop.components.rewriting import rewrite, tried_queries
+from ragloop.components.text import normalize_query
+from ragloop.core.calls import GenerateFn, ask_text, run_sync
+from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
+from ragloop.core.protocols import ChatModel
+from ragloop.core.rag_records import LoopIteration, ReformulationOutput, ReformulationStrategy
+
+# ragsnag's table, in its order: the first strategy with a matching keyword wins.
+STRATEGY_KEYWORDS: dict[ReformulationStrategy, tuple[str, ...]] = {
+    ReformulationStrategy.PERSPECTIVE_SHIFT: (
+        "vocabulary",
+        "terminology",
+        "different words",
+        "jargon",
+        "synonym",
+        "no chunk",
+        "nothing found",
+        "not retrieved",
+    ),
+    ReformulationStrategy.NARROW: (
+        "too generic",
+        "too broad",
+        "surface level",
+        "vague",
+        "general",
+        "incomplete",
+        "partial",
+        "missing specific",
+    ),
+    ReformulationStrategy.DECOMPOSE: (
+        "multi-part",
+        "multiple question",
+        "two question",
+        "missing second",
+        "missing third",
+        "also ask",
+        "additionally",
+    ),
+    ReformulationStrategy.STEP_BACK: ("no relevant", "completely off", "unrelated", "abstract"),
+    ReformulationStrategy.HYDE: ("conceptual", "how does", "explain", "mechanism", "describe"),
+}
+
+
+def _keyword_pattern(keyword: str) -> re.Pattern[str]:
+    # Whole words only ("general" must not match "generally"), plural and verb endings allowed,
+    # and "multi-part", "multi part" and "multipart" are one keyword.
+    words = [re.escape(w) for w in re.split(r"[\s\-]+", keyword)]
+    return re.compile(r"\b" + r"[\s\-]*".join(words) + r"(?:s|es|ed|d|ing)?\b")
+
+
+_PATTERNS = [
+    (strategy, [_keyword_pattern(k) for k in keywords])
+    for strategy, keywords in STRATEGY_KEYWORDS.items()
+]
+
+
+def select_strategy(reason: str) -> ReformulationStrategy:
+    """The strategy ragsnag's keyword table assigns to an evaluation reason (EXPAND if none)."""
+    text = reason.lower()
+    for strategy, patterns in _PATTERNS:
+        if any(p.search(text) for p in patterns):
+            return strategy
+    return ReformulationStrategy.EXPAND
+
+
+class HeuristicReformulator:
+    """Rewrites queries without an LLM: keyword-table strategy choice, real rewrites.
+
+    The strategy comes from the last iteration's evaluation reason (:meth:`select_strategy`);
+    an evaluator reply that could not be parsed, or an empty history, selects EXPAND. Unlike
+    ragsnag's, every strategy returns a query that differs from every query already tried.
+    """
+
+    select_strategy = staticmethod(select_strategy)
+
+    def strategy_for(self, history: list[LoopIteration]) -> ReformulationStrategy:
+        if not history or history[-1].evaluation.parse_failed:
+            return ReformulationStrategy.EXPAND
+        return select_strategy(history[-1].evaluation.reason)
+
+    def reformulate(self, original_query: str, history: list[LoopIteration]) -> ReformulationOutput:
+        return self.reformulate_with(self.strategy_for(history), original_query, history)
+
+    def reformulate_with(
+        self,
+        strategy: ReformulationStrategy,
+        original_query: str,
+        history: list[LoopIteration],
+    ) -> ReformulationOutput:
+        """Rewrite with a given strategy (used by the LLM reformulator's fallback)."""
+        queries, how = rewrite(strategy, original_query, history)
+        why = history[-1].evaluation.reason[:100] if history else "no earlier iteration"
+        return ReformulationOutput(
+            queries=queries,
+            strategy=strategy,
+            reasoning=f"Heuristic selected '{strategy.value}' based on: {why}; {how}",
+        )
+
+
+class _ReformulationReply(BaseModel):
+    strategy: Annotated[ReformulationStrategy, BeforeValidator(lenient_enum(ReformulationStrategy))]
+    queries: StrList
+    reasoning: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_single_query(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "queries" not in data and "query" in data:
+            data = {**data, "queries": data["query"]}
+        if isinstance(data, dict) and not isinstance(data.get("reasoning", ""), str):
+            data = {**data, "reasoning": str(data["reasoning"])}
+        return data
+
+
+class LLMReformulator:
+    """Asks an LLM to pick a strategy and write new queries from the whole history.
+
+    ``generate_fn`` is a function of the prompt (sync or async) or a
+    :class:`~ragloop.ChatModel`. A reply that cannot be read, that has no queries, or whose
+    queries were all tried already falls back to :class:`HeuristicReformulator` (the strategy
+    the LLM named if it named a valid one, else the keyword table's), and the reasoning says so.
+    """
+
+    def __init__(self, generate_fn: GenerateFn | ChatModel) -> None:
+        self.generate_fn = generate_fn
+        self.fallback = HeuristicReformulator()
+
+    async def areformulate(
+        self, original_query: str, history: list[LoopIteration]
+    ) -> ReformulationOutput:
+        reply = await ask_text(self.generate_fn, reformulator_prompt(original_query, history))
+        parsed = parse_llm_json(reply, _ReformulationReply)
+        if isinstance(parsed, ParseFailure):
+            return self._fall_back(
+                None, original_query, history, f"LLM reply unusable ({parsed.reason})"
+            )
+        value = parsed.value
+        tried = tried_queries(original_query, history)
+        fresh = [q for q in value.queries if normalize_query(q) not in tried]
+        if not value.queries:
+            return self._fall_back(value.strategy, original_query, history, "LLM gave no query")
+        if not fresh:
+            return self._fall_back(
+                value.strategy, original_query, history, "LLM proposed only queries already tried"
+            )
+        return ReformulationOutput(
+            queries=value.queries, strategy=value.strategy, reasoning=value.reasoning
+        )
+
+    def reformulate(self, original_query: str, history: list[LoopIteration]) -> ReformulationOutput:
+        return run_sync(lambda: self.areformulate(original_query, history))
+
+    def _fall_back(
+        self,
+        strategy: ReformulationStrategy | None,
+        original_query: str,
+        history: list[LoopIteration],
+        why: str,
+    ) -> ReformulationOutput:
+        chosen = strategy or self.fallback.strategy_for(history)
+        out = self.fallback.reformulate_with(chosen, original_query, history)
+        return out.model_copy(
+            update={"reasoning": f"{why}; fell back to heuristic rewriting. {out.reasoning}"}
+        )

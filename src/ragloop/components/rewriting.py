@@ -1,0 +1,342 @@
+"""The six reformulation strategies without an LLM.
+
+Each strategy is a pure function of the question and the evidence earlier iterations retrieved
+(their chunks are the only view of the corpus a reformulator gets). What each one does:
+
+- **expand**: the question plus related terms: pseudo-relevance feedback, i.e. the terms that
+  weigh most in the best chunks retrieved so far and are not in the question; with no evidence,
+  the singular/plural variants of the question's terms.
+- **narrow**: the question's content terms plus the most distinctive terms of the best chunk
+  (frequent in it, rare in the other chunks): a more specific query.
+- **decompose**: sub-queries: the question split at clause boundaries ("?", ";", "and what
+  ..."); else one sub-query per named entity, each with the rest of the question's terms; else
+  a split at "and" between two content phrases; plus a *bridge* sub-query built from an entity
+  the best chunk names and the question does not (the second hop of a multi-hop question).
+- **step_back**: a broader query: the question's content terms without its specifics (numbers,
+  quoted titles, named entities), or, when it has none, without its trailing qualifiers.
+- **hyde**: an answer-shaped sentence ("X was directed by", "X is ...") built from the question's
+  form, with the strongest feedback terms, because documents are written as answers.
+- **perspective_shift**: the question re-said in the documents' vocabulary: the words that sit
+  next to the question's terms in the retrieved sentences, replacing the question's framing.
+
+:func:`rewrite` applies a strategy and guarantees that at least one returned query differs from
+every query tried so far; when the strategy's own candidates are all spent it falls back to
+further feedback terms, then to facet words ("overview", "definition", ...).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ragloop.components.text import (
+    QUESTION_WORDS,
+    STOPWORDS,
+    content_terms,
+    entity_phrases,
+    is_number,
+    normalize_query,
+    tokenize,
+)
+from ragloop.core.rag_records import LoopIteration, ReformulationStrategy
+from ragloop.core.records import Chunk
+
+FACETS = ("overview", "definition", "details", "examples", "history", "explanation", "facts")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+@dataclass
+class Evidence:
+    """The chunks earlier iterations retrieved, best iteration first, without repeats.
+
+    Term rankings break ties by length, longest first: with no corpus statistics at hand, a
+    longer word is the better guess at a rarer, more specific one.
+    """
+
+    chunks: list[Chunk] = field(default_factory=list)
+
+    @classmethod
+    def from_history(cls, history: list[LoopIteration]) -> Evidence:
+        ranked = sorted(history, key=lambda it: -it.evaluation.score)  # stable: earliest on ties
+        seen: set[str] = set()
+        chunks: list[Chunk] = []
+        for it in ranked:
+            for chunk in it.chunks:
+                if chunk.id not in seen:
+                    seen.add(chunk.id)
+                    chunks.append(chunk)
+        return cls(chunks)
+
+    @property
+    def best(self) -> Chunk | None:
+        return self.chunks[0] if self.chunks else None
+
+    def _document_frequency(self) -> Counter[str]:
+        df: Counter[str] = Counter()
+        for chunk in self.chunks:
+            df.update(set(tokenize(chunk.content)))
+        return df
+
+    def feedback_terms(self, exclude: Iterable[str], limit: int, top_n: int = 3) -> list[str]:
+        """Pseudo-relevance feedback (relevance-model style): each top chunk votes for its terms
+        in proportion to their frequency in it, weighted by the chunk's retrieval score."""
+        excluded = set(exclude)
+        weights: dict[str, float] = {}
+        for rank, chunk in enumerate(self.chunks[:top_n]):
+            tokens = [t for t in tokenize(chunk.content) if _useful(t, excluded)]
+            vote = max(chunk.score, 0.01) / (rank + 1)
+            for term, count in Counter(tokens).items():
+                weights[term] = weights.get(term, 0.0) + vote * count / len(tokens)
+        return sorted(weights, key=lambda t: (-weights[t], -len(t), t))[:limit]
+
+    def distinctive_terms(self, chunk: Chunk, exclude: Iterable[str], limit: int) -> list[str]:
+        """Terms frequent in ``chunk`` and rare across the other retrieved chunks (tf-idf)."""
+        excluded = set(exclude)
+        df = self._document_frequency()
+        n = max(len(self.chunks), 1)
+        tf = Counter(t for t in tokenize(chunk.content) if _useful(t, excluded))
+        score = {t: c * math.log((n + 1) / df.get(t, 1)) + c * 1e-3 for t, c in tf.items()}
+        return sorted(score, key=lambda t: (-score[t], -len(t), t))[:limit]
+
+    def bridge_entities(self, question: str, limit: int) -> list[str]:
+        """Entities the best chunks name that the question does not: candidate second hops."""
+        asked = {normalize_query(e) for e in entity_phrases(question)}
+        asked_terms = set(tokenize(question))
+        found: list[str] = []
+        for chunk in self.chunks[:3]:
+            for phrase in entity_phrases(chunk.content):
+                key = normalize_query(phrase)
+                if key in asked or set(tokenize(phrase)) <= asked_terms or phrase in found:
+                    continue
+                found.append(phrase)
+        return found[:limit]
+
+    def neighbour_terms(self, terms: list[str], limit: int) -> list[str]:
+        """Words next to the question's terms in retrieved sentences (the documents' wording)."""
+        wanted = set(terms)
+        counts: Counter[str] = Counter()
+        for chunk in self.chunks[:5]:
+            for sentence in _SENTENCE_END.split(chunk.content):
+                tokens = tokenize(sentence)
+                hits = [i for i, t in enumerate(tokens) if t in wanted or _shares_stem(t, wanted)]
+                for i in hits:
+                    for t in tokens[max(0, i - 3) : i + 4]:
+                        if _useful(t, wanted):
+                            counts[t] += 1
+        return sorted(counts, key=lambda t: (-counts[t], -len(t), t))[:limit]
+
+
+def _useful(token: str, excluded: set[str]) -> bool:
+    return (
+        token not in excluded and token not in STOPWORDS and len(token) > 2 and not is_number(token)
+    )
+
+
+def _shares_stem(token: str, terms: set[str]) -> bool:
+    return len(token) > 4 and any(len(t) > 4 and t[:5] == token[:5] for t in terms)
+
+
+def _inflections(terms: list[str]) -> list[str]:
+    out: list[str] = []
+    for term in terms:
+        if is_number(term) or len(term) < 4:
+            continue
+        if term.endswith("ies"):
+            out.append(term[:-3] + "y")
+        elif term.endswith("s") and not term.endswith("ss"):
+            out.append(term[:-1])
+        elif term.endswith("y") and term[-2:-1] not in "aeiou":
+            out.append(term[:-1] + "ies")
+        else:
+            out.append(term + "s")
+    return out
+
+
+def _strip_question(query: str) -> str:
+    return query.strip().rstrip("?!. ")
+
+
+# -- the six strategies ------------------------------------------------------------------------
+
+
+def expand(query: str, ev: Evidence) -> list[list[str]]:
+    terms = content_terms(query)
+    extra = ev.feedback_terms(terms, limit=4) or _inflections(terms)
+    base = _strip_question(query)
+    return [[f"{base} {' '.join(extra[:k])}"] for k in (3, 4, 2, 1) if extra[:k]]
+
+
+def narrow(query: str, ev: Evidence) -> list[list[str]]:
+    terms = content_terms(query)
+    candidates: list[list[str]] = []
+    if ev.best is not None:
+        specific = ev.distinctive_terms(ev.best, terms, limit=3)
+        if specific:
+            candidates.append([" ".join(terms + specific)])
+    specifics = [e for e in entity_phrases(query)] + [t for t in terms if is_number(t)]
+    keywords = " ".join(terms)
+    if specifics:
+        candidates.append([f"{' '.join(specifics)} {keywords}"])
+    candidates.append([keywords])
+    return candidates
+
+
+_CLAUSE_SPLIT = re.compile(
+    r"\?\s+|;\s*|,?\s+(?:and|but|also|as well as)\s+(?=(?:what|which|who|whom|whose|when|where|"
+    r"why|how|is|are|was|were|does|do|did|can|could|should|will|would|has|have)\b)",
+    re.IGNORECASE,
+)
+_AND = re.compile(r"\s+(?:and|&)\s+", re.IGNORECASE)
+
+
+def _entity_subqueries(query: str) -> list[str]:
+    entities = entity_phrases(query)
+    if len(entities) < 2:
+        return []
+    entity_terms = {t for e in entities for t in tokenize(e)}
+    rest = [t for t in content_terms(query) if t not in entity_terms]
+    return [" ".join([e, *rest]) for e in entities]
+
+
+def _and_subqueries(query: str) -> list[str]:
+    parts = _AND.split(_strip_question(query))
+    if len(parts) != 2 or not all(content_terms(p) for p in parts):
+        return []
+    left, right = parts
+    # "Research and Development budget": capitalised words on both sides name one thing
+    left_word, right_word = left.split()[-1], right.split()[0]
+    if left_word[:1].isupper() and right_word[:1].isupper():
+        return []
+    return [left.strip(), right.strip()]
+
+
+def decompose(query: str, ev: Evidence) -> list[list[str]]:
+    clauses = [c.strip() for c in _CLAUSE_SPLIT.split(query) if content_terms(c)]
+    split = clauses if len(clauses) > 1 else _entity_subqueries(query) or _and_subqueries(query)
+    terms = content_terms(query)
+    entity_terms = {t for e in entity_phrases(query) for t in tokenize(e)}
+    relation = [t for t in terms if t not in entity_terms] or terms
+    bridges = [" ".join([b, *relation]) for b in ev.bridge_entities(query, limit=2)]
+    candidates: list[list[str]] = []
+    if split:
+        candidates.append(split[:3] + bridges[:1])
+    if bridges:
+        candidates.append([" ".join(terms), *bridges])
+    if len(terms) >= 2:
+        half = (len(terms) + 1) // 2
+        candidates.append([" ".join(terms[:half]), " ".join(terms[half:])])
+    return candidates
+
+
+def step_back(query: str, ev: Evidence) -> list[list[str]]:
+    terms = content_terms(query)
+    specific = {t for e in entity_phrases(query) for t in tokenize(e)}
+    general = [t for t in terms if t not in specific and not is_number(t)]
+    candidates: list[list[str]] = []
+    if general and len(general) < len(terms):
+        candidates.append([" ".join(general)])
+    base = general or terms
+    for keep in range(len(base) - 1, 0, -1):
+        candidates.append([" ".join(base[:keep])])
+    return candidates
+
+
+_HYDE_PATTERNS: list[tuple[re.Pattern[str], Callable[[re.Match[str]], str]]] = [
+    (re.compile(r"^(?:what|which)\s+(?:is|are|was|were)\s+(.+)$", re.I), lambda m: f"{m[1]} is"),
+    (re.compile(r"^how\s+(?:does|do|did)\s+(.+?)\s+work$", re.I), lambda m: f"{m[1]} works by"),
+    (re.compile(r"^how\s+(?:does|do|did|can|to)\s+(.+)$", re.I), lambda m: f"{m[1]} by"),
+    (re.compile(r"^who\s+(\w+ed)\s+(.+)$", re.I), lambda m: f"{m[2]} was {m[1]} by"),
+    (re.compile(r"^who\s+(?:is|was|are|were)\s+(.+)$", re.I), lambda m: f"{m[1]} is"),
+    (re.compile(r"^when\s+(?:is|was|did|does|were)\s+(.+)$", re.I), lambda m: f"{m[1]} in"),
+    (
+        re.compile(r"^where\s+(?:is|was|are|were|did|does)\s+(.+)$", re.I),
+        lambda m: f"{m[1]} is located in",
+    ),
+    (
+        re.compile(r"^why\s+(?:is|was|are|were|does|do|did)\s+(.+)$", re.I),
+        lambda m: f"{m[1]} because",
+    ),
+]
+
+
+def hyde(query: str, ev: Evidence) -> list[list[str]]:
+    question = _strip_question(query)
+    sentence = next(
+        (render(m) for pattern, render in _HYDE_PATTERNS if (m := pattern.match(question))),
+        f"{' '.join(content_terms(question))} is",
+    )
+    feedback = ev.feedback_terms(content_terms(query), limit=3)
+    candidates = []
+    if feedback:
+        candidates.append([f"{sentence} {' '.join(feedback)}"])
+    candidates.append([sentence])
+    return candidates
+
+
+def perspective_shift(query: str, ev: Evidence) -> list[list[str]]:
+    terms = content_terms(query)
+    entities = entity_phrases(query)
+    # the words around the question's terms in the evidence; when no retrieved sentence shares
+    # a term with the question (a full vocabulary mismatch), the evidence's salient terms
+    neighbours = ev.neighbour_terms(terms, limit=5) or ev.feedback_terms(terms, limit=5)
+    candidates: list[list[str]] = []
+    if neighbours:
+        candidates.append([" ".join([*entities, *neighbours])])
+        candidates.append([" ".join([*neighbours, *terms[:2]])])
+    shifted = [t for t in terms if t not in QUESTION_WORDS]
+    candidates.append([" ".join(_inflections(shifted) or shifted)])
+    return candidates
+
+
+STRATEGIES: dict[ReformulationStrategy, Callable[[str, Evidence], list[list[str]]]] = {
+    ReformulationStrategy.EXPAND: expand,
+    ReformulationStrategy.NARROW: narrow,
+    ReformulationStrategy.DECOMPOSE: decompose,
+    ReformulationStrategy.STEP_BACK: step_back,
+    ReformulationStrategy.HYDE: hyde,
+    ReformulationStrategy.PERSPECTIVE_SHIFT: perspective_shift,
+}
+
+
+def tried_queries(original_query: str, history: list[LoopIteration]) -> set[str]:
+    """Normalised queries already sent in the run, the original question included."""
+    tried = {normalize_query(original_query)}
+    for it in history:
+        tried.update(normalize_query(q) for q in (it.queries or it.query.split(" | ")))
+    return tried
+
+
+def _fallbacks(query: str, ev: Evidence) -> Iterable[list[str]]:
+    terms = content_terms(query) or tokenize(query) or [query.strip() or "overview"]
+    keywords = " ".join(terms)
+    for term in ev.feedback_terms(terms, limit=8):
+        yield [f"{keywords} {term}"]
+    for facet in FACETS:
+        yield [f"{keywords} {facet}"]
+    for i, first in enumerate(FACETS):
+        for second in FACETS[i + 1 :]:
+            yield [f"{keywords} {first} {second}"]
+
+
+def rewrite(
+    strategy: ReformulationStrategy, query: str, history: list[LoopIteration]
+) -> tuple[list[str], str]:
+    """New queries for ``strategy``, at least one never tried, and a note on how they were made."""
+    ev = Evidence.from_history(history)
+    tried = tried_queries(query, history)
+    for n, candidate in enumerate(STRATEGIES[strategy](query, ev)):
+        fresh = [q for q in candidate if q.strip() and normalize_query(q) not in tried]
+        if fresh:
+            note = "" if n == 0 else " (earlier candidates were already tried)"
+            return fresh, f"{strategy.value} rewrite{note}"
+    for candidate in _fallbacks(query, ev):
+        if normalize_query(candidate[0]) not in tried:
+            return candidate, f"{strategy.value} candidates all tried; added a new facet term"
+    # Unreachable in practice (28 facet combinations), but a loop must never repeat itself.
+    n = len(tried)
+    while normalize_query(f"{query} {n}") in tried:
+        n += 1
+    return [f"{query} {n}"], "every candidate was tried; numbered the query"

@@ -1,0 +1,142 @@
+"""Calling components whether they are sync or async, and running async code from sync code.
+
+Engines are written once, async. ``run()`` drives them on a private event loop and calls plain
+functions inline (exactly like a sync library would, so thread-bound resources such as a
+sqlite3 connection keep working); ``arun()`` calls plain functions in worker threads so they do
+not block the caller's event loop and sub-queries really run concurrently. The choice travels
+in a context variable, so components that call other callables (an LLM evaluator calling its
+``generate_fn``) follow it without being told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar, cast
+
+from ragloop.core.budget import record_usage
+from ragloop.core.errors import ComponentError
+from ragloop.core.protocols import ChatModel
+from ragloop.core.records import Message, ModelResponse, Tool
+
+T = TypeVar("T")
+
+# A prompt-in, text-out function (ragsnag's ``generate_fn``), sync or async.
+GenerateFn = Callable[[str], "str | Awaitable[str]"]
+
+_offload_sync: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ragloop_offload_sync", default=False
+)
+
+
+@contextmanager
+def sync_calls_in_threads(enabled: bool) -> Iterator[None]:
+    """Inside the block, :func:`call` runs plain functions in worker threads when enabled."""
+    token = _offload_sync.set(enabled)
+    try:
+        yield
+    finally:
+        _offload_sync.reset(token)
+
+
+def is_async_callable(fn: object) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - objects with an async __call__
+    )
+
+
+async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``fn`` and return its result, awaiting it if it is async."""
+    if is_async_callable(fn):
+        return await fn(*args, **kwargs)
+    if _offload_sync.get():
+        result = await asyncio.to_thread(fn, *args, **kwargs)
+    else:
+        result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def method(component: object, name: str, role: str) -> Callable[..., Any]:
+    """The component's ``a<name>`` method if it has one, else ``<name>``."""
+    for attr in (f"a{name}", name):
+        found = getattr(component, attr, None)
+        if callable(found):
+            return cast(Callable[..., Any], found)
+    raise TypeError(
+        f"{role} {type(component).__name__!r} has neither {name}() nor a{name}(); "
+        f"see ragloop.{role.capitalize()} for the expected method"
+    )
+
+
+def has_method(component: object, name: str) -> bool:
+    return any(callable(getattr(component, a, None)) for a in (f"a{name}", name))
+
+
+def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine to completion from sync code.
+
+    Outside an event loop this is ``asyncio.run``. Inside one (a notebook, an async web app)
+    blocking that loop would deadlock, so the coroutine runs on a fresh loop in a worker thread,
+    with the caller's context variables.
+    """
+    results: list[T] = []
+
+    async def main() -> None:
+        # The task returns None and the result travels in a list: on Python 3.11, asyncio.run
+        # formats the main task's repr (result included) when it restores the SIGINT handler,
+        # which for a large result costs more than the whole run.
+        results.append(await factory())
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(main())
+        return results[0]
+    context = contextvars.copy_context()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragloop-sync") as pool:
+        pool.submit(context.run, lambda: asyncio.run(main())).result()
+    return results[0]
+
+
+def is_chat_model(obj: object) -> bool:
+    return has_method(obj, "complete")
+
+
+async def complete(
+    model: ChatModel, messages: list[Message], tools: list[Tool] | None = None
+) -> ModelResponse:
+    """Call a chat model (sync or async) and charge its usage to the run in progress."""
+    response = await call(method(model, "complete", "model"), messages, tools=tools)
+    if not isinstance(response, ModelResponse):
+        raise ComponentError(
+            f"{type(model).__name__}.complete() returned {type(response).__name__}; "
+            "expected ragloop.ModelResponse"
+        )
+    if response.usage is not None:
+        record_usage(response.usage)
+    return response
+
+
+async def ask_text(llm: GenerateFn | ChatModel, prompt: str) -> str:
+    """Send one prompt to a ``generate_fn`` or a chat model and return the reply text."""
+    if is_chat_model(llm):
+        response = await complete(cast(ChatModel, llm), [Message(role="user", content=prompt)])
+        return response.text
+    if not callable(llm):
+        raise TypeError(
+            f"expected a chat model or a function of the prompt, got {type(llm).__name__}"
+        )
+    reply = await call(llm, prompt)
+    if isinstance(reply, ModelResponse):
+        if reply.usage is not None:
+            record_usage(reply.usage)
+        return reply.text
+    if not isinstance(reply, str):
+        raise ComponentError(f"generate_fn returned {type(reply).__name__}; expected str")
+    return reply

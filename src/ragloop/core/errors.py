@@ -1,0 +1,61 @@
+"""The one exception tree of ragloop.
+
+Every exception ragloop raises on purpose derives from :class:`RagloopError`::
+
+    RagloopError
+    ├── ConfigError          (also a ValueError)  a setting is out of range; the message names it
+    ├── ComponentError       a plugged-in component broke its contract (wrong return type, ...)
+    ├── EmptyTraceError      (also a ValueError)  best_iteration of a run with no iteration
+    ├── BudgetExceeded       a budget ran out inside a run; engines catch it and return a
+    │                        partial result with its stop reason, so it never leaves run()
+    └── ModelError           a chat model could not produce a reply
+        └── ScriptExhausted  a scripted test model was called more often than it has replies
+
+Exceptions raised *by* user components (a retriever that cannot reach its index, a generator
+whose LLM times out) are not wrapped: with ``on_error="raise"`` they propagate unchanged, with a
+note saying which step of which iteration raised them; with ``on_error="stop"`` the engine ends
+the run with ``StopReason.ERROR`` and keeps the partial trace and the message.
+
+Running out of budget is never an exception at the engine boundary: the engine returns its best
+partial result with the matching ``StopReason``.
+"""
+
+from __future__ import annotations
+
+from ragloop.core.records import StopReason
+
+
+class RagloopError(Exception):
+    """Base class of every error ragloop raises on purpose."""
+
+
+class ConfigError(RagloopError, ValueError):
+    """A configuration value is invalid. ``field`` names the offending setting."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+class ComponentError(RagloopError):
+    """A component (retriever, generator, evaluator, reformulator) broke its contract."""
+
+
+class EmptyTraceError(RagloopError, ValueError):
+    """The run finished no iteration, so it has no best iteration."""
+
+
+class BudgetExceeded(RagloopError):
+    """A budget ran out inside a run. ``reason`` is the matching budget ``StopReason``."""
+
+    def __init__(self, reason: StopReason) -> None:
+        self.reason = reason
+        super().__init__(f"budget exhausted: {reason.value}")
+
+
+class ModelError(RagloopError):
+    """A chat model failed to produce a reply."""
+
+
+class ScriptExhausted(ModelError):
+    """A :class:`~ragloop.testing.ScriptedModel` ran out of scripted replies."""

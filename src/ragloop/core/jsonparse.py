@@ -1,0 +1,263 @@
+"""Tolerant extraction of JSON objects from LLM replies, validated strictly afterwards.
+
+Models wrap JSON in code fences, put prose around it, write Python literals, leave trailing
+commas, say ``"false"`` for false and ``"Step Back"`` for ``step_back``. :func:`parse_llm_json`
+accepts all of that and returns a typed result: :class:`Parsed` with a validated pydantic model,
+or :class:`ParseFailure` with the reason and the raw reply. It never raises.
+
+The lenient field types (:data:`LenientBool`, :data:`UnitScore`, :data:`StrList`,
+:func:`lenient_enum`) live here too, so every parser of model output coerces values the same way:
+
+- booleans: ``true/false``, ``"yes"/"no"``, ``"1"/"0"``, ``null`` (false);
+- scores: numbers and numeric strings (``"0.8"``, ``"80%"``, ``"8/10"``), clamped to [0, 1];
+- lists of strings: a lone string is one item (never split into characters), ``null`` is empty;
+- enums: case, spaces and hyphens do not matter (``"Step-Back"`` is ``step_back``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Annotated, Any, Generic, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+E = TypeVar("E", bound=Enum)
+
+# Replies longer than this are scanned only up to here: JSON answers are short, and the scan
+# must stay cheap on a model that rambles.
+MAX_SCAN_CHARS = 200_000
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed(Generic[M]):
+    """A reply that parsed and validated."""
+
+    value: M
+
+
+@dataclass(frozen=True, slots=True)
+class ParseFailure:
+    """A reply that did not parse. ``raw`` is the reply as received (a string)."""
+
+    reason: str
+    raw: str
+
+    def excerpt(self, limit: int = 200) -> str:
+        text = " ".join(self.raw.split())
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- lenient value coercion ------------------------------------------------------------------
+
+_TRUE = {"true", "yes", "y", "1", "t"}
+_FALSE = {"false", "no", "n", "0", "f", "", "null", "none"}
+
+
+def lenient_bool(value: object) -> bool:
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return value != 0
+    if isinstance(value, str):
+        word = value.strip().strip(".").lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+    raise ValueError(f"not a boolean: {value!r}")
+
+
+def unit_score(value: object) -> float:
+    """A score clamped to [0, 1]; accepts numbers, "0.8", "80%" and "8/10"."""
+    number: float
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"not a score: {value!r}")
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            if text.endswith("%"):
+                number = float(text[:-1]) / 100.0
+            elif "/" in text:
+                num, _, den = text.partition("/")
+                number = float(num) / float(den)
+            else:
+                number = float(text)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"not a score: {value!r}") from None
+    else:
+        raise ValueError(f"not a score: {value!r}")
+    if math.isnan(number):
+        raise ValueError("score is NaN")
+    return min(1.0, max(0.0, number))
+
+
+def str_list(value: object) -> list[str]:
+    """A list of non-empty strings; a lone string is one item and null is an empty list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        items: list[object] = [value]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise ValueError(f"not a list of strings: {value!r}")
+    out: list[str] = []
+    for item in items:
+        if isinstance(item, dict):  # [{"query": "..."}] is a common shape
+            item = next((v for v in item.values() if isinstance(v, str)), None)
+        if isinstance(item, str | int | float) and not isinstance(item, bool):
+            text = str(item).strip()
+            if text:
+                out.append(text)
+    return out
+
+
+def _normal_name(text: str) -> str:
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", text.strip())  # camelCase -> camel_Case
+    return re.sub(r"[\s\-]+", "_", text).lower()
+
+
+def lenient_enum(enum_cls: type[E]) -> Callable[[object], object]:
+    """A before-validator that maps a value to ``enum_cls`` ignoring case, spaces, hyphens."""
+    by_name = {_normal_name(m.name): m for m in enum_cls}
+    by_value = {_normal_name(str(m.value)): m for m in enum_cls}
+
+    def coerce(value: object) -> object:
+        if isinstance(value, str):
+            key = _normal_name(value)
+            return by_value.get(key) or by_name.get(key) or value
+        return value
+
+    return coerce
+
+
+LenientBool = Annotated[bool, BeforeValidator(lenient_bool)]
+UnitScore = Annotated[float, BeforeValidator(unit_score)]
+StrList = Annotated[list[str], BeforeValidator(str_list)]
+
+
+# -- extraction ------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n?(.*?)```", re.DOTALL)
+_TRAILING_COMMA = re.compile(r",(\s*[}\]])")
+_PY_LITERAL_TOKENS = re.compile(r"(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')|\b(true|false|null)\b")
+_PY_LITERALS = {"true": "True", "false": "False", "null": "None"}
+
+
+def _object_spans(text: str) -> list[str]:
+    """Top-level ``{...}`` spans in order, skipping braces inside JSON strings."""
+    spans: list[str] = []
+    depth = 0
+    start = 0
+    in_string = False
+    escaped = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"' and depth > 0:  # quotes in prose outside an object are ignored
+            in_string = True
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                spans.append(text[start : i + 1])
+    return spans
+
+
+def _as_python_literal(span: str) -> str:
+    return _PY_LITERAL_TOKENS.sub(
+        lambda m: m.group(1) if m.group(1) else _PY_LITERALS[m.group(2)], span
+    )
+
+
+def _load(candidate: str) -> object:
+    """Parse one candidate: strict JSON, then JSON without trailing commas, then Python."""
+    attempts: list[Callable[[], object]] = [
+        lambda: json.loads(candidate),
+        lambda: json.loads(_TRAILING_COMMA.sub(r"\1", candidate)),
+        lambda: ast.literal_eval(_as_python_literal(candidate)),
+    ]
+    for attempt in attempts:
+        try:
+            return attempt()
+        except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
+            continue
+    return None
+
+
+def _first_object(value: object) -> dict[str, Any] | None:
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return value[0]
+    return None
+
+
+def extract_json_object(text: object) -> dict[str, Any] | ParseFailure:
+    """The first JSON object in an LLM reply, or a :class:`ParseFailure` saying why not."""
+    if not isinstance(text, str):
+        return ParseFailure(f"reply is {type(text).__name__}, not text", repr(text))
+    scanned = text[:MAX_SCAN_CHARS]
+    candidates = [m.group(1) for m in _FENCE.finditer(scanned)] + [scanned]
+    for candidate in candidates:
+        found = _first_object(_load(candidate.strip()))
+        if found is not None:
+            return found
+        for span in _object_spans(candidate):
+            found = _first_object(_load(span))
+            if found is not None:
+                return found
+    if not scanned.strip():
+        return ParseFailure("empty reply", text)
+    if "{" not in scanned:
+        return ParseFailure("no JSON object in reply", text)
+    return ParseFailure("malformed JSON object in reply", text)
+
+
+def _match_keys(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """Map keys like "Score", "is grounded" or "isGrounded" to the model's field names."""
+    fields = {_normal_name(name): name for name in model.model_fields}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = fields.get(_normal_name(str(key)), str(key))
+        out.setdefault(name, value)
+    return out
+
+
+def _describe(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(p) for p in item["loc"]) or "reply"
+        problems.append(f"{where}: {item['msg']}")
+    return "; ".join(problems)
+
+
+def parse_llm_json(text: object, model: type[M]) -> Parsed[M] | ParseFailure:
+    """Extract a JSON object from ``text`` and validate it as ``model``. Never raises."""
+    found = extract_json_object(text)
+    if isinstance(found, ParseFailure):
+        return found
+    try:
+        return Parsed(model.model_validate(_match_keys(found, model)))
+    except ValidationError as error:
+        return ParseFailure(_describe(error), text if isinstance(text, str) else repr(text))

@@ -1,0 +1,140 @@
+"""Core records shared by every engine: chunks, chat messages, tool calls, usage, stop reasons."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+def chunk_id(source: str, content: str) -> str:
+    """The stable default id of a chunk: a hash of its source and content."""
+    digest = hashlib.sha256(f"{source}\x00{content}".encode()).hexdigest()
+    return digest[:16]
+
+
+class Chunk(BaseModel):
+    """A retrieved piece of text.
+
+    ``score`` is a relevance in [0, 1] (normalise raw BM25 or cosine scores before building a
+    chunk). ``id`` is stable: it defaults to a hash of ``source`` and ``content``, so the same text
+    from the same source is the same chunk in every run.
+    """
+
+    content: str
+    source: str
+    score: float
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    id: str = ""
+
+    @field_validator("score")
+    @classmethod
+    def _score_in_unit_range(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:  # also rejects NaN
+            raise ValueError(
+                f"Chunk.score must be in [0, 1], got {value!r}; normalise the retriever's raw "
+                "scores (BM25, distances, cosine in [-1, 1]) before building chunks"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _default_id(self) -> Chunk:
+        if not self.id:
+            self.id = chunk_id(self.source, self.content)
+        return self
+
+
+class ToolCall(BaseModel):
+    """A model's request to call a tool. ``arguments`` is already parsed into a dict."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    id: str = Field(default_factory=lambda: f"call_{uuid.uuid4().hex[:12]}")
+
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class Message(BaseModel):
+    """One chat message. ``tool_call_id`` links a ``tool`` message to the call it answers."""
+
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+ToolCallback = Callable[[dict[str, Any]], "str | Awaitable[str]"]
+
+
+class Tool(BaseModel):
+    """A tool a model may call: a name, a description and a JSON schema for its arguments.
+
+    ``callback`` (sync or async) receives the parsed arguments and returns the text the model
+    sees. It is not serialised.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
+    callback: ToolCallback | None = Field(default=None, exclude=True, repr=False)
+
+
+class Usage(BaseModel):
+    """Tokens (and, where the provider's price is known, dollars) spent by model calls."""
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if self.cost_usd is None and other.cost_usd is None:
+            cost = None
+        else:
+            cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=cost,
+        )
+
+
+class ModelResponse(BaseModel):
+    """What a chat model returns: text, tool calls, or both, and the usage when known."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: Usage | None = None
+
+
+class StopReason(StrEnum):
+    """Why a run ended. One enum for every engine; values are lower-case strings."""
+
+    CONVERGED = "converged"
+    MAX_ITERATIONS = "max_iterations"
+    HUMAN_APPROVED = "human_approved"
+    ERROR = "error"
+    ANSWERED = "answered"
+    GAVE_UP = "gave_up"
+    DIMINISHING_RETURNS = "diminishing_returns"
+    NO_IMPROVEMENT = "no_improvement"
+    CALLER_STOP = "caller_stop"
+    BUDGET_TOKENS = "budget_tokens"
+    BUDGET_DOLLARS = "budget_dollars"
+    BUDGET_WALL_MS = "budget_wall_ms"
+    BUDGET_ITER = "budget_iter"
+
+    @property
+    def is_budget(self) -> bool:
+        """True for the four budget stops."""
+        return self.value.startswith("budget_")

@@ -1,0 +1,378 @@
+"""RAGLoop: retrieve -> generate -> evaluate -> reformulate until grounded and complete (seed 000).
+
+The rules, as in ragsnag:
+
+- the original question goes to the generator and the evaluator on every iteration; the
+  reformulator's queries are used for retrieval only;
+- a score at or above ``confidence_threshold`` converges and returns that iteration's answer;
+  otherwise, when the attempts run out, the highest-scoring iteration's answer (earliest on ties);
+- several queries (DECOMPOSE) are each retrieved with ``top_k``, merged, deduplicated by exact
+  content (first occurrence wins) and sorted by score, highest first;
+- ``on_iteration`` is called after every iteration, the converging one included, before the
+  stop check; the reformulator is never called after the last iteration.
+
+And beyond it: ``arun`` (sub-queries retrieved concurrently), budgets checked before every step,
+``on_error="stop"`` to keep the partial trace when a component raises, a per-run cache so a query
+is never sent to the retriever twice, ``stop_on_repeat``, a cap on sub-queries, and a trace that
+records the strategy, reasoning, timings and usage behind each iteration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from ragloop.components.text import normalize_query
+from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.calls import call, has_method, method, run_sync, sync_calls_in_threads
+from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
+from ragloop.core.protocols import Evaluator, Generator, Reformulator, Retriever
+from ragloop.core.rag_records import (
+    EvaluationResult,
+    GeneratorOutput,
+    LoopIteration,
+    LoopResult,
+    ReformulationOutput,
+)
+from ragloop.core.records import Chunk, StopReason, Usage
+
+T = TypeVar("T")
+OnIteration = Callable[[LoopIteration], Any]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass
+class LoopConfig:
+    """Settings of a :class:`RAGLoop`. Invalid values raise ``ValueError`` naming the field.
+
+    - ``max_iterations``: attempts at most (>= 1).
+    - ``confidence_threshold``: evaluation score that counts as converged, in [0, 1].
+    - ``top_k``: chunks per retrieval call, per sub-query (>= 1).
+    - ``on_iteration``: called (sync or async) with every finished iteration; returning
+      ``False`` ends the run with ``StopReason.CALLER_STOP`` unless that iteration converged.
+    - ``budget``: a :class:`~ragloop.Budget` checked before every step.
+    - ``on_error``: ``"raise"`` lets a component's exception propagate (with a note naming the
+      step); ``"stop"`` ends the run with ``StopReason.ERROR`` and keeps the partial trace.
+    - ``stop_on_repeat``: end with ``StopReason.NO_IMPROVEMENT`` instead of re-running an
+      iteration whose queries were all tried and whose chunks an earlier iteration already had.
+    - ``max_sub_queries``: a reformulation's queries beyond this many are dropped.
+    """
+
+    max_iterations: int = 3
+    confidence_threshold: float = 0.8
+    top_k: int = 5
+    on_iteration: OnIteration | None = None
+    budget: Budget | None = None
+    on_error: Literal["raise", "stop"] = "raise"
+    stop_on_repeat: bool = False
+    max_sub_queries: int = 5
+
+    def __post_init__(self) -> None:
+        for name in ("max_iterations", "top_k", "max_sub_queries"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < 1:
+                raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
+        threshold = self.confidence_threshold
+        if (
+            isinstance(threshold, bool)
+            or not isinstance(threshold, int | float)
+            or math.isnan(threshold)
+            or not 0.0 <= threshold <= 1.0
+        ):
+            raise ConfigError(
+                "confidence_threshold", f"must be a number in [0.0, 1.0], got {threshold!r}"
+            )
+        if self.on_iteration is not None and not callable(self.on_iteration):
+            raise ConfigError("on_iteration", "must be callable or None")
+        if isinstance(self.budget, dict):
+            self.budget = Budget(**self.budget)
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise ConfigError("budget", f"must be a ragloop.Budget, got {self.budget!r}")
+        if self.on_error not in ("raise", "stop"):
+            raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
+        if not isinstance(self.stop_on_repeat, bool):
+            raise ConfigError("stop_on_repeat", "must be True or False")
+
+
+_ROLES = {
+    "retrieve": "retriever",
+    "generate": "generator",
+    "evaluate": "evaluator",
+    "reformulate": "reformulator",
+    "on_iteration": "on_iteration callback",
+}
+
+
+class RAGLoop:
+    """The evaluate -> reformulate loop. Components may be sync or async; see
+    :mod:`ragloop.core.protocols`. A loop holds no per-run state: one instance may serve many
+    concurrent runs."""
+
+    def __init__(
+        self,
+        retriever: Retriever,
+        generator: Generator,
+        evaluator: Evaluator,
+        reformulator: Reformulator,
+        config: LoopConfig | None = None,
+    ) -> None:
+        for component, name, role in (
+            (retriever, "retrieve", "retriever"),
+            (generator, "generate", "generator"),
+            (evaluator, "evaluate", "evaluator"),
+            (reformulator, "reformulate", "reformulator"),
+        ):
+            if not has_method(component, name):
+                raise TypeError(
+                    f"{role} must have a {name}() or a{name}() method; "
+                    f"got {type(component).__name__}"
+                )
+        if config is not None and not isinstance(config, LoopConfig):
+            raise TypeError(f"config must be a LoopConfig, got {type(config).__name__}")
+        self.retriever = retriever
+        self.generator = generator
+        self.evaluator = evaluator
+        self.reformulator = reformulator
+        self.config = config or LoopConfig()
+
+    def run(self, query: str) -> LoopResult:
+        """Run the loop to convergence, exhaustion or a stop. Blocks; sync components run
+        inline, in the calling thread's order."""
+        return run_sync(lambda: self._run(query, in_threads=False))
+
+    async def arun(self, query: str) -> LoopResult:
+        """Async :meth:`run`: sync components run in worker threads, sub-queries concurrently."""
+        return await self._run(query, in_threads=True)
+
+    async def _run(self, query: str, *, in_threads: bool) -> LoopResult:
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, got {type(query).__name__}")
+        if not query.strip():
+            raise ValueError("query must be a non-empty string")
+        run = _Run(self, query)
+        with sync_calls_in_threads(in_threads), run.tracker.active():
+            return await run.execute()
+
+
+class _RepeatStop(Exception):
+    """The next iteration would repeat an earlier one exactly (``stop_on_repeat``)."""
+
+
+class _Run:
+    """The state of one run: history, best iteration, query cache, budget tracker."""
+
+    def __init__(self, loop: RAGLoop, query: str) -> None:
+        self.loop = loop
+        self.config = loop.config
+        self.query = query
+        self.tracker = BudgetTracker(self.config.budget)
+        self.history: list[LoopIteration] = []
+        self.best: LoopIteration | None = None
+        self.cache: dict[str, list[Chunk]] = {}
+        self.chunk_sets: list[frozenset[str]] = []
+        self.step = "retrieve"
+
+    async def execute(self) -> LoopResult:
+        queries = [self.query]
+        made_by: ReformulationOutput | None = None
+        reformulate_ms: float | None = None
+        last = self.config.max_iterations
+        for number in range(1, last + 1):
+            try:
+                self.tracker.check(starting_iteration=True)
+                self.tracker.count_iteration()
+                it = await self._iteration(number, queries, made_by, reformulate_ms)
+                self.history.append(it)
+                verdict = await self._notify(it)
+                if self.best is None or it.evaluation.score > self.best.evaluation.score:
+                    self.best = it
+                if it.evaluation.score >= self.config.confidence_threshold:
+                    return self._finish(StopReason.CONVERGED, chosen=it)
+                if verdict is False:
+                    return self._finish(StopReason.CALLER_STOP)
+                if number == last:
+                    break
+                self.tracker.check(starting_iteration=True)  # no reformulation we cannot use
+                started = time.perf_counter()
+                made_by = await self._step("reformulate", self._reformulate)
+                reformulate_ms = _ms_since(started)
+                queries = made_by.queries[: self.config.max_sub_queries]
+            except BudgetExceeded as stop:
+                return self._finish(stop.reason)
+            except _RepeatStop:
+                return self._finish(StopReason.NO_IMPROVEMENT)
+            except Exception as error:
+                role = _ROLES[self.step]
+                if self.config.on_error == "raise":
+                    error.add_note(f"ragloop: raised by the {role} in iteration {number}")
+                    raise
+                message = f"{role} failed in iteration {number}: {type(error).__name__}: {error}"
+                return self._finish(StopReason.ERROR, error=message)
+        return self._finish(StopReason.MAX_ITERATIONS)
+
+    async def _iteration(
+        self,
+        number: int,
+        queries: list[str],
+        made_by: ReformulationOutput | None,
+        reformulate_ms: float | None,
+    ) -> LoopIteration:
+        usage_before = self.tracker.usage
+        timings: dict[str, float] = {}
+        if reformulate_ms is not None:
+            timings["reformulate"] = reformulate_ms
+        started = time.perf_counter()
+        chunks, repeated = await self._step("retrieve", lambda: self._retrieve(queries))
+        timings["retrieve"] = _ms_since(started)
+        ids = frozenset(c.id for c in chunks)
+        if self.config.stop_on_repeat and len(repeated) == len(queries) and ids in self.chunk_sets:
+            raise _RepeatStop
+        self.chunk_sets.append(ids)
+
+        started = time.perf_counter()
+        generated = await self._step("generate", lambda: self._generate(chunks))
+        timings["generate"] = _ms_since(started)
+        started = time.perf_counter()
+        evaluation = await self._step("evaluate", lambda: self._evaluate(chunks, generated.answer))
+        timings["evaluate"] = _ms_since(started)
+
+        truncated = made_by is not None and len(made_by.queries) > len(queries)
+        reasoning = made_by.reasoning if made_by else None
+        if truncated and made_by is not None:
+            reasoning = (
+                f"{reasoning} [{len(made_by.queries) - len(queries)} sub-queries beyond "
+                f"max_sub_queries={self.config.max_sub_queries} dropped]"
+            )
+        return LoopIteration(
+            iteration=number,
+            query=" | ".join(queries),
+            chunks=chunks,
+            answer=generated.answer,
+            confidence=generated.confidence,
+            evaluation=evaluation,
+            queries=list(queries),
+            strategy=made_by.strategy if made_by else None,
+            reasoning=reasoning,
+            repeated_queries=repeated,
+            timings_ms=timings,
+            usage=_usage_between(usage_before, self.tracker.usage),
+        )
+
+    async def _step(self, step: str, action: Callable[[], Awaitable[T]]) -> T:
+        """Check the budget, then run one step, cut off if the wall-clock budget runs out."""
+        self.step = step
+        self.tracker.check()
+        return await self.tracker.bounded(action())
+
+    # -- the steps ------------------------------------------------------------------------------
+    async def _retrieve(self, queries: list[str]) -> tuple[list[Chunk], list[str]]:
+        keys = [normalize_query(q) for q in queries]
+        repeated = [q for q, key in zip(queries, keys, strict=True) if key in self.cache]
+        missing: dict[str, str] = {}
+        for q, key in zip(queries, keys, strict=True):
+            if key not in self.cache:
+                missing.setdefault(key, q)
+        results = await asyncio.gather(
+            *(self._retrieve_one(q) for q in missing.values()), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        for key, result in zip(missing, results, strict=True):
+            self.cache[key] = result  # type: ignore[assignment]
+        merged: list[Chunk] = []
+        seen: set[str] = set()
+        for key in keys:
+            for chunk in self.cache[key]:
+                if chunk.content not in seen:
+                    seen.add(chunk.content)
+                    merged.append(chunk)
+        merged.sort(key=lambda c: c.score, reverse=True)
+        return merged, repeated
+
+    async def _retrieve_one(self, query: str) -> list[Chunk]:
+        retrieve = method(self.loop.retriever, "retrieve", "retriever")
+        found = await call(retrieve, query, top_k=self.config.top_k)
+        if not isinstance(found, list | tuple):
+            raise ComponentError(
+                f"retriever returned {type(found).__name__}; expected a list of ragloop.Chunk"
+            )
+        for item in found:
+            if not isinstance(item, Chunk):
+                raise ComponentError(
+                    f"retriever returned a {type(item).__name__} in its list; "
+                    "expected ragloop.Chunk"
+                )
+        return list(found)
+
+    async def _generate(self, chunks: list[Chunk]) -> GeneratorOutput:
+        generate = method(self.loop.generator, "generate", "generator")
+        output = await call(generate, self.query, list(chunks))
+        return _expect(output, GeneratorOutput, "generator")
+
+    async def _evaluate(self, chunks: list[Chunk], answer: str) -> EvaluationResult:
+        evaluate = method(self.loop.evaluator, "evaluate", "evaluator")
+        output = await call(evaluate, self.query, list(chunks), answer)
+        return _expect(output, EvaluationResult, "evaluator")
+
+    async def _reformulate(self) -> ReformulationOutput:
+        reformulate = method(self.loop.reformulator, "reformulate", "reformulator")
+        output = await call(reformulate, self.query, list(self.history))
+        return _expect(output, ReformulationOutput, "reformulator")
+
+    async def _notify(self, it: LoopIteration) -> object:
+        callback = self.config.on_iteration
+        if callback is None:
+            return None
+        self.step = "on_iteration"
+        return await call(callback, it)
+
+    def _finish(
+        self, reason: StopReason, *, chosen: LoopIteration | None = None, error: str | None = None
+    ) -> LoopResult:
+        chosen = chosen or self.best
+        return LoopResult(
+            answer=chosen.answer if chosen else "",
+            confidence=chosen.confidence if chosen else 0.0,
+            iterations=len(self.history),
+            stop_reason=reason,
+            trace=self.history,
+            query=self.query,
+            error=error,
+            budget_used=self.tracker.spend,
+            usage=self.tracker.usage,
+        )
+
+
+def _expect(output: object, kind: type[T], role: str) -> T:
+    if not isinstance(output, kind):
+        raise ComponentError(
+            f"{role} returned {type(output).__name__}; expected ragloop.{kind.__name__}"
+        )
+    return output
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000.0, 3)
+
+
+def _usage_between(before: Usage | None, after: Usage | None) -> Usage | None:
+    if after is None:
+        return None
+    if before is None:
+        return after
+    cost = None
+    if after.cost_usd is not None:
+        cost = after.cost_usd - (before.cost_usd or 0.0)
+    return Usage(
+        input_tokens=after.input_tokens - before.input_tokens,
+        output_tokens=after.output_tokens - before.output_tokens,
+        cost_usd=cost,
+    )

@@ -1,0 +1,25 @@
+"""ragloop's public API is exactly ``__all__``: sorted, complete, and nothing stray."""
+
+from __future__ import annotations
+
+import ragloop
+
+
+def test_all_is_sorted_and_unique():
+    assert ragloop.__all__ == sorted(set(ragloop.__all__))
+
+
+def test_every_public_name_is_exported_and_every_export_exists():
+    public = {name for name in dir(ragloop) if not name.startswith("_")}
+    exported = set(ragloop.__all__) - {"__version__"}
+    modules = {"components", "core", "engines", "testing"}
+    assert public - modules == exported
+    for name in ragloop.__all__:
+        assert hasattr(ragloop, name)
+
+
+def test_exported_classes_say_they_belong_to_ragloop():
+    for name in ragloop.__all__:
+        member = getattr(ragloop, name)
+        module = getattr(member, "__module__", "ragloop")
+        assert module.startswith("ragloop"), (name, module)
