@@ -37,6 +37,22 @@ from ragloop.core.rag_records import (
 )
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall, Usage
 from ragloop.engines.rag import LoopConfig, RAGLoop
+from ragloop.retrieval.chunking import ChunkingConfig
+from ragloop.retrieval.embedders import (
+    E5Embedder,
+    EmbedderUnavailable,
+    MiniLMEmbedder,
+    get_embedder,
+)
+from ragloop.retrieval.ingest import IngestReport
+from ragloop.retrieval.knowledge_base import (
+    DenseSearchUnavailable,
+    Document,
+    KnowledgeBase,
+    KnowledgeBaseNotFound,
+    KnowledgeBaseRetriever,
+)
+from ragloop.retrieval.store import Store, StoreError
 
 try:
     __version__ = _metadata.version("ragloop")
@@ -49,21 +65,31 @@ __all__ = [
     "BudgetSpend",
     "ChatModel",
     "Chunk",
+    "ChunkingConfig",
     "ComponentError",
     "ConfigError",
+    "DenseSearchUnavailable",
+    "Document",
+    "E5Embedder",
     "Embedder",
+    "EmbedderUnavailable",
     "EmptyTraceError",
     "EvaluationResult",
     "Evaluator",
     "Generator",
     "GeneratorOutput",
     "HeuristicReformulator",
+    "IngestReport",
+    "KnowledgeBase",
+    "KnowledgeBaseNotFound",
+    "KnowledgeBaseRetriever",
     "LLMEvaluator",
     "LLMReformulator",
     "LoopConfig",
     "LoopIteration",
     "LoopResult",
     "Message",
+    "MiniLMEmbedder",
     "ModelError",
     "ModelResponse",
     "ParseFailure",
@@ -76,10 +102,13 @@ __all__ = [
     "Retriever",
     "ScriptExhausted",
     "StopReason",
+    "Store",
+    "StoreError",
     "Tool",
     "ToolCall",
     "Usage",
     "__version__",
+    "get_embedder",
     "parse_llm_json",
     "record_usage",
 ]

@@ -101,3 +101,38 @@ def entity_phrases(text: str) -> list[str]:
         sentence_start = ends_sentence
     flush()
     return phrases
+
+
+# Sentence ends: ., ! or ? followed by space and an upper-case letter, digit or quote; common
+# abbreviations ("e.g.", "Dr.", initials) do not end a sentence.
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof sr jr st vs etc e.g i.e inc ltd co corp fig no approx dept est".split()
+)
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])([\"')\]]*)\s+(?=[\"'(\[]?[A-Z0-9])")
+_TOKEN_COUNT = re.compile(r"\w+|[^\w\s]")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of a text (a rule-based splitter: good on prose, no model needed)."""
+    sentences: list[str] = []
+    start = 0
+    for match in _SENTENCE_BREAK.finditer(text):
+        candidate = text[start : match.start() + len(match[1])].strip()
+        last_word = candidate.rsplit(None, 1)[-1] if candidate else ""
+        last_word = last_word.lower().strip("\"')]").rstrip(".!?")
+        initial = len(last_word) == 1 and last_word.isalpha()
+        if last_word in _ABBREVIATIONS or initial or "." in last_word:  # "U.S.", "J."
+            continue
+        if candidate:
+            sentences.append(candidate)
+        start = match.end()
+    tail = text[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return sentences
+
+
+def count_tokens(text: str) -> int:
+    """An estimate of model tokens: words and punctuation marks (close to word pieces for
+    English prose; no tokenizer download needed)."""
+    return len(_TOKEN_COUNT.findall(text))

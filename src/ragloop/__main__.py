@@ -1,0 +1,5 @@
+"""``python -m ragloop`` is ``ragloop``."""
+
+from ragloop.cli import main
+
+main()

@@ -1,0 +1,60 @@
+"""What every command shares: where the knowledge base is, opening it, printing."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import platformdirs
+from rich.console import Console
+
+from ragloop.core.errors import RagloopError
+from ragloop.retrieval.knowledge_base import KnowledgeBase
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+
+def default_kb_path() -> Path:
+    """$RAGLOOP_KB, else kb.sqlite in the user's data folder."""
+    env = os.environ.get("RAGLOOP_KB")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir("ragloop")) / "kb.sqlite"
+
+
+def kb_option(function: F) -> F:
+    return click.option(
+        "--kb",
+        "kb_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help="Knowledge base file (default: $RAGLOOP_KB, else kb.sqlite in the user data folder).",
+    )(function)
+
+
+def open_kb(path: Path | None, *, create: bool, embedder: str | None = "default") -> KnowledgeBase:
+    """Open the knowledge base, turning ragloop errors into clean CLI errors. Read commands
+    pass ``create=False``: a missing knowledge base is an error, never silently created."""
+    try:
+        return KnowledgeBase(path or default_kb_path(), create=create, embedder=embedder)
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def shown_path(source: str) -> str:
+    """A source path relative to the working directory when it lies inside it."""
+    try:
+        return str(Path(source).relative_to(Path.cwd()))
+    except ValueError:
+        return source
+
+
+def print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))

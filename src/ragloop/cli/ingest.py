@@ -1,0 +1,104 @@
+"""ragloop ingest PATH...: files and folders into the knowledge base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, shown_path
+from ragloop.core.errors import RagloopError
+from ragloop.retrieval.ingest import IngestReport
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@kb_option
+@click.option("--collection", default="default", show_default=True, help="Collection to fill.")
+@click.option("--sync", is_flag=True, help="Also remove documents whose files left the folders.")
+@click.option(
+    "--embedder",
+    default="default",
+    show_default=True,
+    help="default, minilm, e5, hash, or none (keyword search only).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def ingest(
+    paths: tuple[Path, ...],
+    kb_path: Path | None,
+    collection: str,
+    sync: bool,
+    embedder: str,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Ingest files and folders (txt, md, rst, html, json, jsonl, csv, pdf)."""
+    missing = [p for p in paths if not p.exists() and not p.is_symlink()]
+    if missing:
+        raise click.BadParameter(
+            ", ".join(str(p) for p in missing), param_hint="PATHS (no such file or directory)"
+        )
+    kb = open_kb(kb_path, create=True, embedder=None if embedder == "none" else embedder)
+    try:
+        if kb.embedder is None and not quiet and not as_json:
+            errors.print(f"[yellow]note:[/] keyword search only ({kb.dense_off_reason})")
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=errors,
+            disable=quiet or as_json,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("ingesting", total=None)
+
+            def on_progress(done: int, total: int, note: str) -> None:
+                progress.update(
+                    task,
+                    completed=done,
+                    total=total,
+                    description=f"ingesting {Path(note).name}" if note else "done",
+                )
+
+            report = kb.ingest(
+                list(paths), collection=collection, on_progress=on_progress, sync=sync
+            )
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        kb.close()
+    if as_json:
+        print_json(report.model_dump())
+    else:
+        show_report(report, kb.path)
+
+
+def show_report(report: IngestReport, kb_path: Path | None) -> None:
+    table = Table(title=f"ingested into {kb_path}", title_justify="left")
+    for column in ("added", "updated", "unchanged", "removed", "skipped", "chunks added"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        *(
+            str(n)
+            for n in (
+                report.added,
+                report.updated,
+                report.unchanged,
+                report.removed,
+                len(report.skipped),
+                report.chunks_added,
+            )
+        )
+    )
+    console.print(table)
+    if report.skipped:
+        skipped = Table(title="skipped", title_justify="left")
+        skipped.add_column("file")
+        skipped.add_column("reason")
+        for path, reason in report.skipped:
+            skipped.add_row(shown_path(path), reason)
+        console.print(skipped)

@@ -1,0 +1,69 @@
+"""ragloop kb ...: look after the knowledge base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ragloop.cli.common import console, kb_option, open_kb, print_json
+
+
+@click.group(name="kb")
+def kb_group() -> None:
+    """Inspect and manage the knowledge base."""
+
+
+@kb_group.command()
+@kb_option
+@click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
+def stats(kb_path: Path | None, as_json: bool) -> None:
+    """Documents, chunks, vectors, links and collections."""
+    kb = open_kb(kb_path, create=False)
+    try:
+        info = kb.stats()
+    finally:
+        kb.close()
+    if as_json:
+        print_json(info.model_dump())
+        return
+    table = Table(title=str(info.path or "in memory"), title_justify="left", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    size = f"{info.size_bytes / 1e6:.1f} MB" if info.size_bytes is not None else "-"
+    model = f"{info.embedding_model} ({info.dimension}-d)" if info.embedding_model else "none"
+    for what, value in (
+        ("documents", info.documents),
+        ("chunks", info.chunks),
+        ("vectors", info.vectors),
+        ("links", info.links),
+        ("embedding model", model),
+        ("dense search", "on" if info.dense else f"off: {info.dense_off_reason}"),
+        ("size", size),
+    ):
+        table.add_row(what, str(value))
+    console.print(table)
+    if info.collections:
+        per = Table(title="collections", title_justify="left")
+        for column in ("collection", "documents", "chunks"):
+            per.add_column(column, justify="left" if column == "collection" else "right")
+        for c in info.collections:
+            per.add_row(c.name, str(c.documents), str(c.chunks))
+        console.print(per)
+
+
+@kb_group.command()
+@click.argument("source")
+@kb_option
+@click.option("--collection", default=None, help="Only from this collection.")
+def delete(source: str, kb_path: Path | None, collection: str | None) -> None:
+    """Remove a document (by its path) from the knowledge base."""
+    kb = open_kb(kb_path, create=False)
+    try:
+        removed = kb.delete(source, collection=collection)
+    finally:
+        kb.close()
+    if not removed:
+        raise click.ClickException(f"no document {source!r} in the knowledge base")
+    console.print(f"removed {removed} document(s)")

@@ -1,0 +1,62 @@
+"""ragloop search QUERY: the best chunks for a query."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, shown_path
+from ragloop.core.errors import RagloopError
+from ragloop.retrieval.knowledge_base import SEARCH_MODES
+
+
+@click.command()
+@click.argument("query")
+@kb_option
+@click.option("--mode", type=click.Choice(SEARCH_MODES), default="hybrid", show_default=True)
+@click.option("--top-k", "-k", type=click.IntRange(1, 1000), default=5, show_default=True)
+@click.option("--collection", "-c", multiple=True, help="Search only this collection (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print the chunks as JSON.")
+def search(
+    query: str,
+    kb_path: Path | None,
+    mode: str,
+    top_k: int,
+    collection: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Search the knowledge base."""
+    kb = open_kb(kb_path, create=False)
+    try:
+        if mode != "bm25" and kb.embedder is None and not as_json:
+            errors.print(f"[yellow]note:[/] keyword search only ({kb.dense_off_reason})")
+        chunks = kb.search(
+            query,
+            top_k=top_k,
+            mode=mode,  # type: ignore[arg-type]
+            collection=list(collection) or None,
+        )
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        kb.close()
+    if as_json:
+        print_json([chunk.model_dump() for chunk in chunks])
+        return
+    if not chunks:
+        console.print("no results")
+        return
+    table = Table(show_lines=True)
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("source")
+    table.add_column("text")
+    for rank, chunk in enumerate(chunks, 1):
+        title = chunk.metadata.get("title") or ""
+        heading = " > ".join(chunk.metadata.get("heading_path") or [])
+        where = f"{shown_path(chunk.source)}\n[dim]{heading or title}[/]"
+        text = chunk.content if len(chunk.content) <= 300 else chunk.content[:299] + "…"
+        table.add_row(str(rank), f"{chunk.score:.3f}", where, text)
+    console.print(table)

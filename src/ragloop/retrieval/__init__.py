@@ -1,0 +1,1 @@
+"""Retrieval: the knowledge base (ingestion, chunking, stores, embedders, fusion, links)."""

@@ -1,0 +1,171 @@
+"""Structure-aware chunking: headings and paragraphs first, a token limit with overlap second.
+
+Paragraphs under the same heading are packed together up to ``max_tokens``; a heading starts a
+new chunk; each record (CSV row, JSON item) is its own chunk. Only a paragraph too long for one
+chunk is cut, at sentence boundaries where it can be and at word windows otherwise, and those
+pieces overlap by ``overlap`` tokens so a fact on a boundary stays whole in one of them.
+Every chunk keeps its heading path, its position in the document and its page or record number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragloop.components.text import count_tokens, split_sentences
+from ragloop.core.errors import ConfigError
+from ragloop.retrieval.readers import Block, ParsedDocument
+
+_WORDS = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    """``max_tokens`` per chunk (estimated: words and punctuation), ``overlap`` between the pieces
+    of a cut paragraph, and ``min_tokens``: a smaller tail merges into the chunk before it."""
+
+    max_tokens: int = 200
+    overlap: int = 40
+    min_tokens: int = 20
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 16:
+            raise ConfigError("max_tokens", f"must be >= 16, got {self.max_tokens}")
+        if not 0 <= self.overlap < self.max_tokens // 2:
+            raise ConfigError("overlap", f"must be in [0, max_tokens / 2), got {self.overlap}")
+        if not 0 <= self.min_tokens < self.max_tokens:
+            raise ConfigError("min_tokens", f"must be in [0, max_tokens), got {self.min_tokens}")
+
+
+@dataclass
+class DraftChunk:
+    """A chunk before it is stored: its text, heading path and where it came from."""
+
+    text: str
+    heading_path: list[str]
+    position: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _windows(text: str, config: ChunkingConfig) -> Iterator[str]:
+    """Cut an over-long paragraph: whole sentences packed up to the limit, and word windows
+    with overlap for a sentence that is itself too long."""
+    sentences = split_sentences(text) or [text]
+    buffer: list[str] = []
+    size = 0
+    for sentence in sentences:
+        tokens = count_tokens(sentence)
+        if tokens > config.max_tokens:
+            if buffer:
+                yield " ".join(buffer)
+                buffer, size = [], 0
+            yield from _word_windows(sentence, config)
+            continue
+        if size + tokens > config.max_tokens and buffer:
+            yield " ".join(buffer)
+            # carry whole trailing sentences worth up to `overlap` tokens into the next piece
+            carried: list[str] = []
+            carried_size = 0
+            for previous in reversed(buffer):
+                cost = count_tokens(previous)
+                if carried_size + cost > config.overlap:
+                    break
+                carried.insert(0, previous)
+                carried_size += cost
+            buffer, size = carried, carried_size
+        buffer.append(sentence)
+        size += tokens
+    if buffer:
+        yield " ".join(buffer)
+
+
+def _word_windows(text: str, config: ChunkingConfig) -> Iterator[str]:
+    words = _WORDS.findall(text)
+    # words carry their punctuation, so a window of N words is at most about N tokens
+    step_words = max(1, int(config.max_tokens * 0.75))
+    overlap_words = int(config.overlap * 0.75)
+    start = 0
+    while start < len(words):
+        window = words[start : start + step_words]
+        yield " ".join(window)
+        if start + step_words >= len(words):
+            break
+        start += step_words - overlap_words
+
+
+def chunk_document(doc: ParsedDocument, config: ChunkingConfig | None = None) -> list[DraftChunk]:
+    """Chunk a parsed document; positions are 0-based and consecutive."""
+    config = config or ChunkingConfig()
+    chunks: list[DraftChunk] = []
+    headings: list[tuple[int, str]] = []
+    section: list[Block] = []
+
+    def path() -> list[str]:
+        return [text for _, text in headings]
+
+    def flush() -> None:
+        chunks.extend(_pack(section, path(), config))
+        section.clear()
+
+    for block in doc.blocks:
+        if block.kind == "heading":
+            flush()
+            while headings and headings[-1][0] >= block.level:
+                headings.pop()
+            headings.append((block.level, block.text))
+        elif block.kind == "record":
+            flush()
+            title = block.meta.get("title")
+            record_path = [*path(), title] if title else path()
+            meta = {k: v for k, v in block.meta.items() if k != "title"}
+            for piece in _pieces(block.text, config):
+                chunks.append(DraftChunk(piece, record_path, meta=dict(meta)))
+        else:
+            section.append(block)
+    flush()
+    for position, chunk in enumerate(chunks):
+        chunk.position = position
+    return chunks
+
+
+def _pieces(text: str, config: ChunkingConfig) -> list[str]:
+    text = text.strip()
+    if count_tokens(text) <= config.max_tokens:
+        return [text] if text else []
+    return list(_windows(text, config))
+
+
+def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) -> list[DraftChunk]:
+    """Greedily pack a section's paragraphs into chunks; merge a tiny tail into its neighbour."""
+    out: list[DraftChunk] = []
+    parts: list[str] = []
+    size = 0
+    meta: dict[str, Any] = {}
+
+    def emit() -> None:
+        nonlocal parts, size, meta
+        if parts:
+            out.append(DraftChunk("\n\n".join(parts), list(heading_path), meta=meta))
+        parts, size, meta = [], 0, {}
+
+    for block in blocks:
+        for piece in _pieces(block.text, config):
+            tokens = count_tokens(piece)
+            page = block.meta.get("page")
+            if parts and (size + tokens > config.max_tokens or meta.get("page", page) != page):
+                emit()
+            parts.append(piece)
+            size += tokens
+            if page is not None:
+                meta.setdefault("page", page)
+    emit()
+    if len(out) > 1:
+        tail, previous = out[-1], out[-2]
+        merged = count_tokens(previous.text) + count_tokens(tail.text)
+        fits = merged <= config.max_tokens + config.min_tokens
+        if count_tokens(tail.text) < config.min_tokens and fits and previous.meta == tail.meta:
+            previous.text = f"{previous.text}\n\n{tail.text}"
+            out.pop()
+    return out

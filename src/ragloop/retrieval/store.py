@@ -1,0 +1,167 @@
+"""The store seam: what a knowledge base needs from its persistence layer.
+
+:class:`~ragloop.retrieval.knowledge_base.KnowledgeBase` owns ingestion (reading, chunking,
+embedding, linking); a :class:`Store` owns persistence and the keyword and vector queries. The
+SQLite store, the in-memory store and the PostgreSQL store implement this protocol, and all of
+them pass the conformance suite in :mod:`ragloop.retrieval.conformance`.
+
+Scores returned by a store are already in [0, 1]:
+
+- keyword: the BM25 score divided by the highest score the query could reach (every query term
+  at saturation in a document), so a score means the same across queries;
+- vector: the cosine similarity, clipped at 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+from ragloop.core.errors import RagloopError
+from ragloop.core.records import Chunk
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+
+
+class StoreError(RagloopError):
+    """The store refused an operation (a corrupt file, a mismatched embedding model, ...)."""
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class DocumentRecord:
+    """A document as stored: identity (collection, source), title, hash and metadata."""
+
+    collection: str
+    source: str
+    title: str
+    content_hash: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ChunkRecord:
+    """A chunk as stored. ``index_text`` (title, headings and content) is what keyword search
+    indexes and the embedder embeds; ``text_hash`` keys its vector in the embedding cache."""
+
+    id: str
+    position: int
+    content: str
+    heading_path: list[str]
+    index_text: str
+    text_hash: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    vector: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which chunks a query may see. ``collections=None`` is every collection, ``[]`` none.
+
+    ``filters`` match metadata exactly: a value, or a list of accepted values. Keys are the
+    chunk's metadata keys (``source``, ``title``, ``page``, document metadata, ...).
+    """
+
+    collections: tuple[str, ...] | None = None
+    filters: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(
+        cls, collection: str | Sequence[str] | None = None, filters: dict[str, Any] | None = None
+    ) -> Scope:
+        collections: tuple[str, ...] | None
+        if collection is None:
+            collections = None
+        elif isinstance(collection, str):
+            collections = (collection,)
+        else:
+            collections = tuple(collection)
+        items = tuple(sorted((filters or {}).items(), key=lambda kv: kv[0]))
+        return cls(collections, items)
+
+    @property
+    def empty(self) -> bool:
+        return self.collections is not None and not self.collections
+
+    def accepts(self, collection: str, metadata: dict[str, Any]) -> bool:
+        if self.collections is not None and collection not in self.collections:
+            return False
+        for key, wanted in self.filters:
+            value = metadata.get(key)
+            if isinstance(wanted, list | tuple | set | frozenset):
+                if value not in wanted:
+                    return False
+            elif value != wanted:
+                return False
+        return True
+
+
+class CollectionInfo(BaseModel):
+    name: str
+    documents: int
+    chunks: int
+
+
+class StoreStats(BaseModel):
+    """What a store holds; ``embedding_model``/``dimension`` are None before any vector."""
+
+    documents: int
+    chunks: int
+    vectors: int
+    links: int
+    collections: list[CollectionInfo]
+    embedding_model: str | None = None
+    dimension: int | None = None
+    size_bytes: int | None = None
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Link:
+    """A chunk that mentions the title or a heading of another document's chunk."""
+
+    chunk_id: str
+    target_id: str
+    mention: str
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Persistence and search for a knowledge base. Writes of one document are atomic."""
+
+    # documents
+    def document_hash(self, collection: str, source: str) -> str | None: ...
+    def replace_document(
+        self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
+    ) -> list[str]: ...
+    def delete_document(self, source: str, collection: str | None = None) -> int: ...
+    def sources(self, collection: str) -> list[str]: ...
+    def get_chunks(self, ids: Sequence[str]) -> list[Chunk]: ...
+
+    # search
+    def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]: ...
+    def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]: ...
+
+    # embeddings (the cache is keyed by model id and text hash)
+    def embedding_model(self) -> tuple[str, int] | None: ...
+    def set_embedding_model(self, model_id: str, dimension: int) -> None: ...
+    def cached_vectors(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]: ...
+    def cache_vectors(self, model_id: str, items: dict[str, Sequence[float]]) -> None: ...
+
+    # the title/heading link graph
+    def link_targets(self) -> list[tuple[str, str, str]]: ...
+    def chunks_with_phrase(self, phrase: str, limit: int) -> list[tuple[str, str, str]]: ...
+    def add_links(self, links: Sequence[Link]) -> None: ...
+    def links_from(self, chunk_ids: Sequence[str]) -> list[Link]: ...
+
+    # bookkeeping
+    def stats(self) -> StoreStats: ...
+    def close(self) -> None: ...

@@ -1,0 +1,265 @@
+"""An in-memory store: the same behaviour as the SQLite store, nothing on disk.
+
+For tests and small, throw-away corpora. Keyword search is BM25 with the same parameters, idf
+and score normalisation as the SQLite store (FTS5), over Snowball-stemmed tokens.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import snowballstemmer
+
+from ragloop.components.text import STOPWORDS, tokenize
+from ragloop.core.records import Chunk
+from ragloop.retrieval.store import (
+    BM25_B,
+    BM25_K1,
+    ChunkRecord,
+    CollectionInfo,
+    DocumentRecord,
+    Link,
+    Scope,
+    StoreError,
+    StoreStats,
+)
+from ragloop.retrieval.store_sqlite import bm25_idf
+
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+def stem_tokens(text: str) -> list[str]:
+    return list(_STEMMER.stemWords(tokenize(text)))
+
+
+@dataclass
+class _Stored:
+    doc: DocumentRecord
+    chunks: list[ChunkRecord]
+    terms: list[Counter[str]] = field(default_factory=list)
+
+
+class InMemoryStore:
+    """A :class:`~ragloop.retrieval.store.Store` held in memory."""
+
+    def __init__(self) -> None:
+        self._docs: dict[tuple[str, str], _Stored] = {}
+        self._vectors: dict[tuple[str, str], list[float]] = {}
+        self._model: tuple[str, int] | None = None
+        self._links: dict[tuple[str, str], str] = {}
+        self._lock = threading.RLock()
+
+    # -- documents -----------------------------------------------------------------------------
+    def document_hash(self, collection: str, source: str) -> str | None:
+        stored = self._docs.get((collection, source))
+        return stored.doc.content_hash if stored else None
+
+    def replace_document(
+        self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
+    ) -> list[str]:
+        with self._lock:
+            self.delete_document(doc.source, doc.collection)
+            terms = [Counter(stem_tokens(c.index_text)) for c in chunks]
+            self._docs[(doc.collection, doc.source)] = _Stored(doc, list(chunks), terms)
+            if self._model is not None:
+                for chunk in chunks:
+                    if chunk.vector is not None:
+                        key = (self._model[0], chunk.text_hash)
+                        self._vectors.setdefault(key, list(chunk.vector))
+            self.add_links(links)
+        return [c.id for c in chunks]
+
+    def delete_document(self, source: str, collection: str | None = None) -> int:
+        with self._lock:
+            keys = [k for k in self._docs if k[1] == source and collection in (None, k[0])]
+            gone = {c.id for k in keys for c in self._docs[k].chunks}
+            for key in keys:
+                del self._docs[key]
+            self._links = {k: v for k, v in self._links.items() if not (set(k) & gone)}
+            return len(keys)
+
+    def sources(self, collection: str) -> list[str]:
+        return sorted(source for coll, source in self._docs if coll == collection)
+
+    def _entries(self) -> list[tuple[_Stored, int]]:
+        return [(stored, i) for stored in self._docs.values() for i in range(len(stored.chunks))]
+
+    def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
+        by_id = {s.chunks[i].id: (s, i) for s, i in self._entries()}
+        return [_to_chunk(*by_id[i], 1.0) for i in ids if i in by_id]
+
+    # -- search ----------------------------------------------------------------------------------
+    def _visible(self, scope: Scope) -> list[tuple[_Stored, int]]:
+        return [
+            (s, i) for s, i in self._entries() if scope.accepts(s.doc.collection, _metadata(s, i))
+        ]
+
+    def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
+        words = list(dict.fromkeys(t for t in tokenize(query) if t not in STOPWORDS))
+        terms = list(dict.fromkeys(_STEMMER.stemWords(words)))
+        if not terms or scope.empty or top_k < 1:
+            return []
+        with self._lock:
+            entries = self._entries()
+            visible = self._visible(scope)
+        n_docs = len(entries)
+        lengths = [sum(s.terms[i].values()) for s, i in entries]
+        avg = (sum(lengths) / n_docs) if n_docs else 0.0
+        df = Counter(t for s, i in entries for t in s.terms[i] if t in terms)
+        idf = {t: bm25_idf(n_docs, df[t]) for t in terms if df[t]}
+        ceiling = sum(idf.values()) * (BM25_K1 + 1)
+        scored = []
+        for order, (stored, i) in enumerate(visible):
+            tf = stored.terms[i]
+            length = sum(tf.values())
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / (avg or 1))
+            raw = sum(idf[t] * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t in idf if tf[t])
+            if raw > 0:
+                scored.append((raw, order, stored, i))
+        scored.sort(key=lambda item: (-item[0], item[1]))
+        out = []
+        for raw, _, stored, i in scored[:top_k]:
+            score = min(1.0, raw / ceiling) if ceiling else 0.0
+            chunk = _to_chunk(stored, i, score)
+            chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
+            out.append(chunk)
+        return out
+
+    def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
+        if self._model is None or scope.empty or top_k < 1:
+            return []
+        query = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        if query.shape != (self._model[1],) or norm == 0.0:
+            raise StoreError(f"query vector has shape {query.shape}; expected ({self._model[1]},)")
+        scored = []
+        with self._lock:
+            for order, (stored, i) in enumerate(self._visible(scope)):
+                found = self._vectors.get((self._model[0], stored.chunks[i].text_hash))
+                if found is not None:
+                    value = float(np.dot(np.asarray(found, dtype=np.float32), query / norm))
+                    scored.append((value, order, stored, i))
+        scored.sort(key=lambda item: (-item[0], item[1]))
+        out = []
+        for value, _, stored, i in scored[:top_k]:
+            score = min(1.0, max(0.0, value))
+            chunk = _to_chunk(stored, i, score)
+            chunk.metadata["scores"] = {"dense": round(score, 6)}
+            out.append(chunk)
+        return out
+
+    # -- embeddings --------------------------------------------------------------------------------
+    def embedding_model(self) -> tuple[str, int] | None:
+        return self._model
+
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        if self._model is not None and self._model != (model_id, dimension):
+            raise StoreError(
+                f"this knowledge base holds vectors of {self._model[0]} ({self._model[1]}-d); "
+                f"it cannot mix in {model_id} ({dimension}-d)"
+            )
+        self._model = (model_id, dimension)
+
+    def cached_vectors(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]:
+        return {h: self._vectors[(model_id, h)] for h in hashes if (model_id, h) in self._vectors}
+
+    def cache_vectors(self, model_id: str, items: dict[str, Sequence[float]]) -> None:
+        with self._lock:
+            for text_hash, vector in items.items():
+                self._vectors.setdefault((model_id, text_hash), list(vector))
+
+    # -- links ------------------------------------------------------------------------------------
+    def link_targets(self) -> list[tuple[str, str, str]]:
+        targets: list[tuple[str, str, str]] = []
+        for stored, i in self._entries():
+            chunk = stored.chunks[i]
+            doc_key = f"{stored.doc.collection}\0{stored.doc.source}"
+            heading = chunk.heading_path[-1] if chunk.heading_path else None
+            targets.extend(
+                (name, chunk.id, doc_key) for name in (stored.doc.title, heading) if name
+            )
+        return targets
+
+    def chunks_with_phrase(self, phrase: str, limit: int) -> list[tuple[str, str, str]]:
+        wanted = stem_tokens(phrase)
+        if not wanted:
+            return []
+        found = []
+        for stored, i in self._entries():
+            chunk = stored.chunks[i]
+            tokens = stem_tokens(chunk.index_text)
+            n = len(wanted)
+            if any(tokens[j : j + n] == wanted for j in range(len(tokens) - n + 1)):
+                found.append(
+                    (chunk.id, f"{stored.doc.collection}\0{stored.doc.source}", chunk.content)
+                )
+                if len(found) >= limit:
+                    break
+        return found
+
+    def add_links(self, links: Sequence[Link]) -> None:
+        ids = {s.chunks[i].id for s, i in self._entries()}
+        with self._lock:
+            for link in links:
+                if link.chunk_id in ids and link.target_id in ids:
+                    self._links.setdefault((link.chunk_id, link.target_id), link.mention)
+
+    def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
+        wanted = set(chunk_ids)
+        order = {s.chunks[i].id: n for n, (s, i) in enumerate(self._entries())}
+        found = [Link(a, b, m) for (a, b), m in self._links.items() if a in wanted]
+        return sorted(found, key=lambda link: (order[link.chunk_id], order[link.target_id]))
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        per: dict[str, list[int]] = {}
+        for (collection, _), stored in self._docs.items():
+            counts = per.setdefault(collection, [0, 0])
+            counts[0] += 1
+            counts[1] += len(stored.chunks)
+        collections = [
+            CollectionInfo(name=name, documents=d, chunks=c) for name, (d, c) in sorted(per.items())
+        ]
+        return StoreStats(
+            documents=len(self._docs),
+            chunks=sum(c.chunks for c in collections),
+            vectors=len(self._vectors),
+            links=len(self._links),
+            collections=collections,
+            embedding_model=self._model[0] if self._model else None,
+            dimension=self._model[1] if self._model else None,
+        )
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _metadata(stored: _Stored, i: int) -> dict[str, Any]:
+    chunk = stored.chunks[i]
+    return {
+        **stored.doc.metadata,
+        **chunk.metadata,
+        "collection": stored.doc.collection,
+        "source": stored.doc.source,
+        "title": stored.doc.title,
+        "heading_path": list(chunk.heading_path),
+        "position": chunk.position,
+    }
+
+
+def _to_chunk(stored: _Stored, i: int, score: float) -> Chunk:
+    chunk = stored.chunks[i]
+    metadata = _metadata(stored, i)
+    metadata.pop("source")
+    return Chunk(
+        content=chunk.content,
+        source=stored.doc.source,
+        score=score,
+        metadata=metadata,
+        id=chunk.id,
+    )

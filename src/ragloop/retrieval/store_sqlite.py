@@ -1,0 +1,621 @@
+"""The embedded store: one SQLite file with the chunks, an FTS5 keyword index, the vectors and
+the link graph.
+
+SQLite done properly: WAL journal (readers never block the writer), a busy timeout, foreign keys
+on, one ``BEGIN IMMEDIATE`` transaction per document, numbered migrations recorded in
+``_ragloop_migrations``. Vectors are float32 blobs keyed by (model id, text hash), which makes
+the table the embedding cache too. Exact vector search runs in numpy over a matrix loaded once
+and reloaded only when a write (by this process or another) bumps the ``generation`` counter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ragloop.components.text import STOPWORDS, tokenize
+from ragloop.core.records import Chunk
+from ragloop.retrieval.store import (
+    BM25_K1,
+    ChunkRecord,
+    CollectionInfo,
+    DocumentRecord,
+    Link,
+    Scope,
+    StoreError,
+    StoreStats,
+)
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE documents (
+            id INTEGER PRIMARY KEY,
+            collection TEXT NOT NULL,
+            source TEXT NOT NULL,
+            title TEXT NOT NULL,
+            content_hash TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            updated_at TEXT NOT NULL,
+            UNIQUE (collection, source)
+        );
+        CREATE INDEX documents_source ON documents (source);
+        CREATE TABLE chunks (
+            pk INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            document_id INTEGER NOT NULL REFERENCES documents (id) ON DELETE CASCADE,
+            position INTEGER NOT NULL,
+            content TEXT NOT NULL,
+            heading_path TEXT NOT NULL DEFAULT '[]',
+            text_hash TEXT NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX chunks_document ON chunks (document_id);
+        CREATE VIRTUAL TABLE chunks_fts USING fts5 (
+            text, tokenize = 'porter unicode61 remove_diacritics 2'
+        );
+        CREATE TABLE vectors (
+            model_id TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (model_id, text_hash)
+        ) WITHOUT ROWID;
+        CREATE TABLE links (
+            chunk_pk INTEGER NOT NULL REFERENCES chunks (pk) ON DELETE CASCADE,
+            target_pk INTEGER NOT NULL REFERENCES chunks (pk) ON DELETE CASCADE,
+            mention TEXT NOT NULL,
+            PRIMARY KEY (chunk_pk, target_pk)
+        ) WITHOUT ROWID;
+        CREATE INDEX links_target ON links (target_pk);
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta (key, value) VALUES ('generation', '0');
+        """,
+    ),
+]
+
+# Columns that filters may name directly; any other key is looked up in the chunk's metadata,
+# then the document's.
+_COLUMNS = {
+    "collection": "d.collection",
+    "source": "d.source",
+    "title": "d.title",
+    "position": "c.position",
+}
+
+_CHUNK_COLUMNS = (
+    "c.pk, c.id, c.position, c.content, c.heading_path, c.metadata, "
+    "d.collection, d.source, d.title, d.metadata"
+)
+_SELECT_CHUNKS = f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id"
+
+
+@dataclass
+class _DenseIndex:
+    generation: int
+    model_id: str
+    pks: npt.NDArray[np.int64]
+    collections: npt.NDArray[np.str_]
+    matrix: npt.NDArray[np.float32]
+
+
+def fts_query(query: str) -> tuple[str, list[str]]:
+    """An FTS5 MATCH expression that ORs the query's non-stopword terms, each quoted, so no
+    FTS syntax in the user's text is ever interpreted. Returns ('', []) when nothing is left."""
+    terms = list(dict.fromkeys(t for t in tokenize(query) if t not in STOPWORDS))
+    return " OR ".join(f'"{t.replace(chr(34), chr(34) * 2)}"' for t in terms), terms
+
+
+def bm25_idf(n_docs: int, n_with_term: int) -> float:
+    """FTS5's idf: log((N - n + 0.5) / (n + 0.5)), floored at 1e-6 as FTS5 does."""
+    value = math.log((n_docs - n_with_term + 0.5) / (n_with_term + 0.5))
+    return max(value, 1e-6)
+
+
+class SQLiteStore:
+    """A :class:`~ragloop.retrieval.store.Store` in one SQLite file (created if missing)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
+        self.path = Path(path)
+        self._timeout_s = timeout_s
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()  # one writer at a time in this process
+        self._dense: _DenseIndex | None = None
+        self._term_counts: dict[str, int] = {}
+        self._term_generation = -1
+        self._closed = False
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            self.close()
+            raise StoreError(
+                f"{self.path} is not a usable ragloop knowledge base: {error}"
+            ) from None
+
+    # -- connections and transactions -------------------------------------------------------
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError("the knowledge base is closed")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, timeout=self._timeout_s, isolation_level=None, check_same_thread=False
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._local.conn = conn
+            with self._lock:
+                self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        with self._lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def _migrate(self) -> None:
+        conn = self._conn()
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS _ragloop_migrations (version INTEGER PRIMARY KEY, "
+            "applied_at TEXT NOT NULL)"
+        )
+        done = {row[0] for row in conn.execute("SELECT version FROM _ragloop_migrations")}
+        for version, script in MIGRATIONS:
+            if version in done:
+                continue
+            with self._lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    for statement in script.split(";"):
+                        if statement.strip():
+                            conn.execute(statement)
+                    conn.execute(
+                        "INSERT INTO _ragloop_migrations VALUES (?, ?)",
+                        (version, datetime.now(UTC).isoformat()),
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+
+    def _generation(self) -> int:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+        return int(row[0])
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._connections:
+                conn.close()
+            self._connections.clear()
+        self._closed = True
+
+    # -- documents ---------------------------------------------------------------------------
+    def document_hash(self, collection: str, source: str) -> str | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT content_hash FROM documents WHERE collection = ? AND source = ?",
+                (collection, source),
+            )
+            .fetchone()
+        )
+        return row[0] if row else None
+
+    def replace_document(
+        self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
+    ) -> list[str]:
+        """Replace a document, its chunks, vectors and the links given, in one transaction."""
+        with self._write() as conn:
+            self._delete(conn, doc.source, doc.collection)
+            cursor = conn.execute(
+                "INSERT INTO documents (collection, source, title, content_hash, metadata, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    doc.collection,
+                    doc.source,
+                    doc.title,
+                    doc.content_hash,
+                    json.dumps(doc.metadata),
+                    datetime.now(UTC).isoformat(),
+                ),
+            )
+            document_id = cursor.lastrowid
+            model = self._model(conn)
+            for chunk in chunks:
+                cursor = conn.execute(
+                    "INSERT INTO chunks (id, document_id, position, content, heading_path, "
+                    "text_hash, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        chunk.id,
+                        document_id,
+                        chunk.position,
+                        chunk.content,
+                        json.dumps(chunk.heading_path),
+                        chunk.text_hash,
+                        json.dumps(chunk.metadata),
+                    ),
+                )
+                conn.execute(
+                    "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
+                    (cursor.lastrowid, chunk.index_text),
+                )
+                if chunk.vector is not None and model is not None:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
+                        (model[0], chunk.text_hash, _blob(chunk.vector)),
+                    )
+            self._insert_links(conn, links)
+        return [c.id for c in chunks]
+
+    def _delete(self, conn: sqlite3.Connection, source: str, collection: str | None) -> int:
+        where = "source = ?" + (" AND collection = ?" if collection is not None else "")
+        params: tuple[str, ...] = (source,) if collection is None else (source, collection)
+        ids = [row[0] for row in conn.execute(f"SELECT id FROM documents WHERE {where}", params)]
+        for document_id in ids:
+            conn.execute(
+                "DELETE FROM chunks_fts WHERE rowid IN "
+                "(SELECT pk FROM chunks WHERE document_id = ?)",
+                (document_id,),
+            )
+            conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+        return len(ids)
+
+    def delete_document(self, source: str, collection: str | None = None) -> int:
+        with self._write() as conn:
+            return self._delete(conn, source, collection)
+
+    def sources(self, collection: str) -> list[str]:
+        rows = self._conn().execute(
+            "SELECT source FROM documents WHERE collection = ? ORDER BY source", (collection,)
+        )
+        return [row[0] for row in rows]
+
+    def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = self._conn().execute(f"{_SELECT_CHUNKS} WHERE c.id IN ({marks})", list(ids))
+        found = {row[1]: _to_chunk(row, 1.0) for row in rows}
+        return [found[i] for i in ids if i in found]
+
+    # -- keyword search ------------------------------------------------------------------------
+    def _scope_sql(self, scope: Scope) -> tuple[str, list[Any]]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if scope.collections is not None:
+            clauses.append(f"d.collection IN ({','.join('?' * len(scope.collections))})")
+            params.extend(scope.collections)
+        for key, wanted in scope.filters:
+            column = _COLUMNS.get(key)
+            if column is None:
+                path = '$."' + key.replace('"', "") + '"'
+                column = f"COALESCE(json_extract(c.metadata, '{path}'), "
+                column += f"json_extract(d.metadata, '{path}'))"
+            values = (
+                list(wanted) if isinstance(wanted, list | tuple | set | frozenset) else [wanted]
+            )
+            clauses.append(f"{column} IN ({','.join('?' * len(values))})")
+            params.extend(_sql_value(v) for v in values)
+        return (" AND ".join(clauses), params)
+
+    def _document_frequencies(self, terms: list[str]) -> tuple[int, list[int]]:
+        conn = self._conn()
+        generation = self._generation()
+        if generation != self._term_generation:
+            self._term_counts = {}
+            self._term_generation = generation
+        n_docs = self._term_counts.get("\0total")
+        if n_docs is None:
+            n_docs = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            self._term_counts["\0total"] = n_docs
+        counts = []
+        for term in terms:
+            if term not in self._term_counts:
+                match = f'"{term.replace(chr(34), chr(34) * 2)}"'
+                self._term_counts[term] = conn.execute(
+                    "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)
+                ).fetchone()[0]
+            counts.append(self._term_counts[term])
+        return n_docs, counts
+
+    def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
+        match, terms = fts_query(query)
+        if not match or scope.empty or top_k < 1:
+            return []
+        where, params = self._scope_sql(scope)
+        sql = (
+            f"SELECT -bm25(chunks_fts), {_CHUNK_COLUMNS} FROM chunks_fts "
+            "JOIN chunks c ON c.pk = chunks_fts.rowid JOIN documents d ON d.id = c.document_id "
+            "WHERE chunks_fts MATCH ?"
+            + (f" AND {where}" if where else "")
+            + " ORDER BY bm25(chunks_fts) LIMIT ?"
+        )
+        rows = self._conn().execute(sql, [match, *params, top_k]).fetchall()
+        if not rows:
+            return []
+        n_docs, counts = self._document_frequencies(terms)
+        ceiling = sum(bm25_idf(n_docs, n) for n in counts if n) * (BM25_K1 + 1)
+        out = []
+        for row in rows:
+            score = min(1.0, max(0.0, row[0] / ceiling)) if ceiling > 0 else 0.0
+            chunk = _to_chunk(row[1:], score)
+            chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(row[0], 6)}
+            out.append(chunk)
+        return out
+
+    # -- vectors ---------------------------------------------------------------------------------
+    def _model(self, conn: sqlite3.Connection) -> tuple[str, int] | None:
+        rows = dict(
+            conn.execute(
+                "SELECT key, value FROM meta WHERE key IN ('embedding_model', 'dimension')"
+            ).fetchall()
+        )
+        if "embedding_model" not in rows:
+            return None
+        return rows["embedding_model"], int(rows["dimension"])
+
+    def embedding_model(self) -> tuple[str, int] | None:
+        return self._model(self._conn())
+
+    def set_embedding_model(self, model_id: str, dimension: int) -> None:
+        current = self.embedding_model()
+        if current is not None and current != (model_id, dimension):
+            raise StoreError(
+                f"this knowledge base holds vectors of {current[0]} ({current[1]}-d); "
+                f"it cannot mix in {model_id} ({dimension}-d)"
+            )
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('embedding_model', ?), ('dimension', ?)",
+                (model_id, str(dimension)),
+            )
+
+    def cached_vectors(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]:
+        found: dict[str, list[float]] = {}
+        conn = self._conn()
+        unique = list(dict.fromkeys(hashes))
+        for start in range(0, len(unique), 500):
+            batch = unique[start : start + 500]
+            rows = conn.execute(
+                f"SELECT text_hash, vector FROM vectors WHERE model_id = ? AND text_hash IN "
+                f"({','.join('?' * len(batch))})",
+                [model_id, *batch],
+            )
+            for text_hash, blob in rows:
+                found[text_hash] = np.frombuffer(blob, dtype=np.float32).tolist()
+        return found
+
+    def cache_vectors(self, model_id: str, items: dict[str, Sequence[float]]) -> None:
+        if not items:
+            return
+        conn = self._conn()
+        try:
+            # not through _write(): cached vectors change no search result, so the dense
+            # index and term statistics need not be reloaded
+            with self._lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
+                        [(model_id, h, _blob(v)) for h, v in items.items()],
+                    )
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.OperationalError as error:
+            if "readonly" not in str(error):  # a read-only file still answers queries
+                raise
+
+    def _dense_index(self) -> _DenseIndex | None:
+        model = self.embedding_model()
+        if model is None:
+            return None
+        generation = self._generation()
+        index = self._dense
+        if index is not None and index.generation == generation and index.model_id == model[0]:
+            return index
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT c.pk, d.collection, v.vector FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id "
+                "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ? ORDER BY c.pk",
+                (model[0],),
+            )
+            .fetchall()
+        )
+        matrix = np.zeros((len(rows), model[1]), dtype=np.float32)
+        for i, row in enumerate(rows):
+            matrix[i] = np.frombuffer(row[2], dtype=np.float32)
+        index = _DenseIndex(
+            generation,
+            model[0],
+            np.array([r[0] for r in rows], dtype=np.int64),
+            np.array([r[1] for r in rows], dtype=np.str_),
+            matrix,
+        )
+        self._dense = index
+        return index
+
+    def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
+        index = self._dense_index()
+        if index is None or scope.empty or top_k < 1 or not len(index.pks):
+            return []
+        query = np.asarray(vector, dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        if query.shape != (index.matrix.shape[1],) or norm == 0.0:
+            raise StoreError(
+                f"query vector has shape {query.shape}; the index holds "
+                f"{index.matrix.shape[1]}-d vectors"
+            )
+        scores = index.matrix @ (query / norm)
+        mask = np.ones(len(scores), dtype=bool)
+        if scope.collections is not None:
+            mask &= np.isin(index.collections, list(scope.collections))
+        if scope.filters:
+            where, params = self._scope_sql(scope)
+            allowed = [
+                row[0]
+                for row in self._conn().execute(
+                    "SELECT c.pk FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    f"WHERE {where}",
+                    params,
+                )
+            ]
+            mask &= np.isin(index.pks, np.array(allowed, dtype=np.int64))
+        candidates = np.flatnonzero(mask)
+        if not len(candidates):
+            return []
+        k = min(top_k, len(candidates))
+        top = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        by_pk = self._rows_by_pk([int(index.pks[i]) for i in top])
+        out = []
+        for i in top:
+            score = float(min(1.0, max(0.0, scores[i])))
+            chunk = _to_chunk(by_pk[int(index.pks[i])], score)
+            chunk.metadata["scores"] = {"dense": round(score, 6)}
+            out.append(chunk)
+        return out
+
+    def _rows_by_pk(self, pks: list[int]) -> dict[int, tuple[Any, ...]]:
+        marks = ",".join("?" * len(pks))
+        rows = self._conn().execute(f"{_SELECT_CHUNKS} WHERE c.pk IN ({marks})", pks)
+        return {row[0]: tuple(row) for row in rows}
+
+    # -- links ---------------------------------------------------------------------------------
+    def link_targets(self) -> list[tuple[str, str, str]]:
+        """(name, chunk id, document key) for every document title and last heading."""
+        rows = self._conn().execute(
+            "SELECT d.title, c.id, d.collection || char(0) || d.source, "
+            "json_extract(c.heading_path, '$[#-1]') "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id ORDER BY c.pk"
+        )
+        targets: list[tuple[str, str, str]] = []
+        for title, chunk_id, doc_key, heading in rows:
+            targets.extend((str(name), chunk_id, doc_key) for name in (title, heading) if name)
+        return targets
+
+    def chunks_with_phrase(self, phrase: str, limit: int) -> list[tuple[str, str, str]]:
+        words = tokenize(phrase)
+        if not words:
+            return []
+        match = '"' + " ".join(words).replace('"', "") + '"'
+        rows = self._conn().execute(
+            "SELECT c.id, d.collection || char(0) || d.source, c.content FROM chunks_fts f "
+            "JOIN chunks c ON c.pk = f.rowid JOIN documents d ON d.id = c.document_id "
+            "WHERE chunks_fts MATCH ? LIMIT ?",
+            (match, limit),
+        )
+        return [tuple(row) for row in rows]
+
+    def add_links(self, links: Sequence[Link]) -> None:
+        if links:
+            with self._write() as conn:
+                self._insert_links(conn, links)
+
+    @staticmethod
+    def _insert_links(conn: sqlite3.Connection, links: Sequence[Link]) -> None:
+        conn.executemany(
+            "INSERT OR IGNORE INTO links SELECT a.pk, b.pk, ? FROM chunks a, chunks b "
+            "WHERE a.id = ? AND b.id = ?",
+            [(link.mention, link.chunk_id, link.target_id) for link in links],
+        )
+
+    def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
+        if not chunk_ids:
+            return []
+        marks = ",".join("?" * len(chunk_ids))
+        rows = self._conn().execute(
+            "SELECT a.id, b.id, l.mention FROM links l JOIN chunks a ON a.pk = l.chunk_pk "
+            f"JOIN chunks b ON b.pk = l.target_pk WHERE a.id IN ({marks}) ORDER BY a.pk, b.pk",
+            list(chunk_ids),
+        )
+        return [Link(*row) for row in rows]
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def stats(self) -> StoreStats:
+        conn = self._conn()
+        collections = [
+            CollectionInfo(name=name, documents=docs, chunks=chunks or 0)
+            for name, docs, chunks in conn.execute(
+                "SELECT d.collection, count(DISTINCT d.id), count(c.pk) FROM documents d "
+                "LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.collection "
+                "ORDER BY d.collection"
+            )
+        ]
+        model = self._model(conn)
+        size = sum(p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists())
+        return StoreStats(
+            documents=sum(c.documents for c in collections),
+            chunks=sum(c.chunks for c in collections),
+            vectors=conn.execute("SELECT count(*) FROM vectors").fetchone()[0],
+            links=conn.execute("SELECT count(*) FROM links").fetchone()[0],
+            collections=collections,
+            embedding_model=model[0] if model else None,
+            dimension=model[1] if model else None,
+            size_bytes=size,
+            path=str(self.path),
+        )
+
+    def integrity_check(self) -> str:
+        """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
+        return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _blob(vector: Sequence[float]) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def _sql_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def _to_chunk(row: Sequence[Any], score: float) -> Chunk:
+    (
+        _pk,
+        chunk_id,
+        position,
+        content,
+        heading_path,
+        chunk_meta,
+        collection,
+        source,
+        title,
+        doc_meta,
+    ) = row
+    metadata: dict[str, Any] = {**json.loads(doc_meta), **json.loads(chunk_meta)}
+    metadata.update(
+        collection=collection,
+        title=title,
+        heading_path=json.loads(heading_path),
+        position=position,
+    )
+    return Chunk(content=content, source=source, score=score, metadata=metadata, id=chunk_id)

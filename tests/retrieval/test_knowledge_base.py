@@ -1,0 +1,315 @@
+"""Knowledge-base behaviour beyond the conformance suite: bad input, crashes, embedders, caches."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from ragloop.retrieval.conformance import write_corpus
+from ragloop.retrieval.knowledge_base import (
+    DenseSearchUnavailable,
+    Document,
+    KnowledgeBase,
+    KnowledgeBaseNotFound,
+)
+from ragloop.retrieval.store import StoreError
+from ragloop.retrieval.store_sqlite import SQLiteStore, fts_query
+from ragloop.testing import HashEmbedder
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.embedded: list[str] = []
+
+    def embed(self, texts):
+        self.embedded.extend(texts)
+        return super().embed(texts)
+
+
+@pytest.fixture
+def docs(tmp_path):
+    return write_corpus(tmp_path / "docs")
+
+
+def reasons(report):
+    return {Path(p).name: r for p, r in report.skipped}
+
+
+def test_bad_files_are_skipped_with_reasons_and_the_batch_goes_on(tmp_path, docs):
+    (docs / "binary.txt").write_bytes(b"abc\x00\x01\x02" * 10)
+    (docs / "controls.txt").write_text("\x01\x02\x03\x04\x05\x06\x07\x08" * 20)
+    (docs / "empty.md").write_text("")
+    (docs / "blank.md").write_text("\n\n   \n")
+    (docs / "big.txt").write_text("word " * 400)
+    (docs / "latin.txt").write_bytes("Caf\xe9 cr\xe8me \x80 price".encode("latin-1"))
+    (docs / "broken.json").write_text("{not json")
+    outside = tmp_path / "outside.md"
+    outside.write_text("# Secret\n\nOutside the root.\n")
+    (docs / "link.md").symlink_to(outside)
+    (docs / "dangling.md").symlink_to(tmp_path / "missing.md")
+    (docs / ".hidden.md").write_text("# Hidden\n\nnot ingested\n")
+    (docs / ".git").mkdir()
+    (docs / ".git" / "config.md").write_text("# VCS\n\nnot ingested\n")
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None, max_file_bytes=1000)
+    report = kb.ingest([docs, tmp_path / "nowhere"])
+    assert reasons(report) == {
+        "binary.txt": "binary file (contains NUL bytes)",
+        "controls.txt": "binary file (mostly control characters)",
+        "empty.md": "empty file",
+        "blank.md": "no text found",
+        "big.txt": "file is 0.0 MB, over the 0.0 MB limit (max_file_bytes)",
+        "broken.json": "invalid JSON at line 1: Expecting property name enclosed in double quotes",
+        "link.md": f"symlink points outside {docs.resolve()}",
+        "dangling.md": f"symlink points outside {docs.resolve()}",
+        "nowhere": "no such file or directory",
+    }
+    assert report.added == 5  # the corpus plus latin.txt
+    latin = kb.search("cafe creme price", mode="bm25")[0]
+    assert latin.metadata["encoding"] == "cp1252"
+    assert "Café crème €" in latin.content
+    assert kb.search("Secret outside", mode="bm25") == []
+    assert kb.search("not ingested", mode="bm25") == []
+    kb.close()
+
+
+def test_undecodable_text_lists_the_encodings_tried(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok \x81\x8d\x8f\x90 text")  # invalid in utf-8 and undefined in cp1252
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None)
+    assert reasons(kb.ingest(bad)) == {"bad.txt": "cannot decode the text (tried utf-8, cp1252)"}
+    kb = KnowledgeBase(tmp_path / "kb2.sqlite", embedder=None, encodings=["cp1252", "latin-1"])
+    assert kb.ingest(bad).added == 1
+
+
+def test_unreadable_files_are_skipped(tmp_path, docs, monkeypatch):
+    # tests run as root, for whom file modes do not apply: simulate the OS refusing the read
+    target = docs / "billing.txt"
+    original = Path.read_bytes
+
+    def read_bytes(self):
+        if self == target:
+            raise PermissionError(13, "Permission denied")
+        return original(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    report = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None).ingest(docs)
+    assert reasons(report) == {"billing.txt": "permission denied"}
+    assert report.added == 3
+
+
+def test_utf16_with_bom_and_utf8_bom_are_decoded(tmp_path):
+    (tmp_path / "a.txt").write_bytes("tent ranking".encode("utf-16"))
+    (tmp_path / "b.txt").write_bytes(b"\xef\xbb\xbfstove guide")
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None)
+    assert kb.ingest([tmp_path / "a.txt", tmp_path / "b.txt"]).added == 2
+    assert kb.search("tent", mode="bm25")[0].metadata["encoding"] == "utf-16"
+    assert kb.search("stove", mode="bm25")[0].metadata["encoding"] == "utf-8-sig"
+
+
+def test_embeddings_are_cached_by_model_and_text(tmp_path, docs):
+    embedder = CountingEmbedder()
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=embedder)
+    kb.ingest(docs)
+    first = len(embedder.embedded)
+    kb.ingest(docs, collection="copy")  # same texts, other collection: nothing to embed
+    assert len(embedder.embedded) == first
+    (docs / "billing.txt").write_text("Invoices are issued monthly.\n\nNew paragraph.\n")
+    kb.ingest(docs)
+    assert embedder.embedded[first:] == ["billing\nInvoices are issued monthly.\n\nNew paragraph."]
+    kb.search("tents", mode="dense")
+    kb.search("  TENTS ", mode="dense")  # the same query once normalised: cached in memory
+    assert embedder.embedded[first + 1 :] == ["tents"]
+    kb.close()
+    reopened = KnowledgeBase(tmp_path / "kb.sqlite", embedder=embedder)
+    reopened.search("tents", mode="hybrid")  # cached in the file, across processes
+    assert len(embedder.embedded) == first + 2
+
+
+def test_a_knowledge_base_refuses_another_embedding_model(tmp_path, docs):
+    KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64)).ingest(docs)
+    with pytest.raises(StoreError, match="cannot mix in hash-32"):
+        KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(32))
+    kb = KnowledgeBase(tmp_path / "kb.sqlite")  # "default": the recorded model
+    assert kb.embedder is not None
+    assert kb.embedder.model_id == "hash-64"
+
+
+def test_without_an_embedder_bm25_works_and_dense_says_why(tmp_path, docs, caplog):
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None)
+    kb.ingest(docs)
+    assert kb.search("tent", mode="bm25")
+    with pytest.raises(DenseSearchUnavailable, match="embedder=None"):
+        kb.search("tent", mode="dense")
+    with caplog.at_level(logging.WARNING, logger="ragloop"):
+        assert kb.search("tent", mode="hybrid")[0].source.endswith("tents.md")
+    assert "bm25 only" in caplog.text
+    assert kb.stats().dense is False
+
+
+def test_vectors_of_an_unknown_model_turn_dense_off_with_the_reason(tmp_path, docs):
+    store = SQLiteStore(tmp_path / "kb.sqlite")
+    store.set_embedding_model("some-remote-model", 8)
+    store.close()
+    kb = KnowledgeBase(tmp_path / "kb.sqlite")
+    assert kb.embedder is None
+    assert "some-remote-model" in kb.dense_off_reason
+    with pytest.raises(StoreError, match="would leave new chunks out of dense search"):
+        kb.ingest(docs)
+
+
+def test_read_commands_never_create_a_missing_knowledge_base(tmp_path):
+    with pytest.raises(KnowledgeBaseNotFound, match="ragloop ingest"):
+        KnowledgeBase(tmp_path / "missing.sqlite", create=False)
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_a_file_that_is_not_a_database_is_a_clear_error(tmp_path):
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a usable ragloop knowledge base"):
+        KnowledgeBase(junk)
+
+
+def test_schema_is_migrated_once_and_uses_wal(tmp_path):
+    store = SQLiteStore(tmp_path / "kb.sqlite")
+    conn = store._conn()
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT version FROM _ragloop_migrations").fetchall() == [(1,)]
+    store.close()
+    again = SQLiteStore(tmp_path / "kb.sqlite")
+    assert again._conn().execute("SELECT count(*) FROM _ragloop_migrations").fetchone()[0] == 1
+    assert again.integrity_check() == "ok"
+
+
+def test_fts_query_quotes_every_term():
+    assert fts_query('the "tent" NEAR(x) OR y*') == (
+        '"tent" OR "near" OR "x" OR "y"',
+        ["tent", "near", "x", "y"],
+    )
+    assert fts_query("the of") == ("", [])
+
+
+def test_concurrent_readers_while_ingesting(tmp_path, docs):
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64))
+    kb.ingest(docs)
+    extra = tmp_path / "more"
+    extra.mkdir()
+    for i in range(60):
+        (extra / f"note{i}.md").write_text(f"# Note {i}\n\nTent care tip number {i}.\n")
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                for mode in ("bm25", "dense", "hybrid"):
+                    assert kb.search("tent care", mode=mode)
+            except BaseException as error:
+                failures.append(error)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    report = kb.ingest(extra)
+    done.set()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert report.added == 60
+
+
+def test_a_killed_ingest_leaves_a_sound_file_and_the_rerun_completes(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(400):
+        (corpus / f"doc{i:03}.md").write_text(
+            f"# Doc {i}\n\n" + f"Paragraph {i} about tents. " * 40
+        )
+    db = tmp_path / "kb.sqlite"
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from ragloop.retrieval.knowledge_base import KnowledgeBase
+        kb = KnowledgeBase({str(db)!r}, embedder="hash")
+        def progress(done, total, note):
+            print(done, flush=True)
+        kb.ingest({str(corpus)!r}, on_progress=progress)
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if int(line) >= 300:  # past the first written batch: kill -9, no chance to clean up
+                os.kill(process.pid, signal.SIGKILL)
+                break
+    assert process.returncode == -signal.SIGKILL
+    store = SQLiteStore(db)
+    assert store.integrity_check() == "ok"
+    partial = store.stats().documents
+    store.close()
+    assert 0 < partial < 400
+    kb = KnowledgeBase(db, embedder="hash")
+    report = kb.ingest(corpus)
+    assert report.unchanged == partial
+    assert report.added == 400 - partial
+    stats = kb.stats()
+    assert stats.documents == 400
+    ids = kb.store._conn().execute("SELECT count(*), count(DISTINCT id) FROM chunks").fetchone()
+    assert ids[0] == ids[1] == stats.chunks
+
+
+def test_add_documents_markdown_and_metadata(tmp_path):
+    kb = KnowledgeBase.in_memory(embedder=None)
+    kb.add_documents(
+        [
+            Document(
+                text="# Stoves\n\n## Fuel\n\nGas canisters.",
+                source="s",
+                format="markdown",
+                metadata={"team": "gear"},
+            )
+        ]
+    )
+    hit = kb.search("gas canisters", mode="bm25")[0]
+    assert hit.metadata["heading_path"] == ["Stoves", "Fuel"]
+    assert hit.metadata["team"] == "gear"
+    assert kb.search("gas", mode="bm25", filters={"team": "gear"})
+    assert kb.search("gas", mode="bm25", filters={"team": "other"}) == []
+
+
+async def test_the_retriever_is_sync_and_async_and_scoped(tmp_path, docs):
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64))
+    kb.ingest(docs / "camping", collection="gear")
+    kb.ingest(docs / "shipping.md", collection="policies")
+    retriever = kb.retriever(collection="gear", mode="bm25")
+    assert [c.metadata["collection"] for c in retriever.retrieve("tent shipping")] == ["gear"]
+    assert await retriever.aretrieve("tent shipping", top_k=1) == retriever.retrieve(
+        "tent shipping", 1
+    )
+    # the function form used by AgentLoop never widens the retriever's own scope
+    assert retriever.search("shipping", limit=5, collection="policies") == []
+    assert retriever.search("tent", limit=5, collections=["gear", "policies"])
+    open_retriever = kb.retriever(mode="bm25")
+    assert open_retriever.search("shipping", limit=5, collection="policies")
+
+
+def test_search_argument_errors(tmp_path):
+    kb = KnowledgeBase.in_memory(embedder=None)
+    with pytest.raises(ValueError, match="mode"):
+        kb.search("x", mode="fuzzy")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="top_k"):
+        kb.search("x", top_k=0)
+    with pytest.raises(TypeError, match="string"):
+        kb.search(None)  # type: ignore[arg-type]

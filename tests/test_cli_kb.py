@@ -1,0 +1,117 @@
+"""The knowledge-base commands, run as a user would: in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ragloop.retrieval.conformance import write_corpus
+
+
+def ragloop(*args, env=None, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "ragloop", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def kb_env(tmp_path):
+    docs = write_corpus(tmp_path / "docs")
+    (docs / "binary.txt").write_bytes(b"\x00\x01binary")
+    return tmp_path, docs, {"RAGLOOP_KB": str(tmp_path / "kb.sqlite")}
+
+
+def test_ingest_prints_a_summary_with_skipped_files(kb_env):
+    tmp_path, docs, env = kb_env
+    result = ragloop("ingest", "docs", "--embedder", "hash", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "added" in result.stdout
+    assert "chunks added" in result.stdout
+    assert "docs/binary.txt" in result.stdout
+    assert "binary file (contains NUL bytes)" in result.stdout
+    again = ragloop("ingest", str(docs), "--json", env=env)
+    report = json.loads(again.stdout)
+    assert (report["added"], report["unchanged"]) == (0, 4)
+
+
+def test_ingest_fails_when_a_path_does_not_exist(kb_env):
+    tmp_path, docs, env = kb_env
+    result = ragloop("ingest", str(docs), str(tmp_path / "missing"), env=env)
+    assert result.returncode == 2
+    assert "no such file or directory" in result.stderr
+    assert "missing" in result.stderr
+    assert not (tmp_path / "kb.sqlite").exists()
+
+
+def test_search_table_and_json(kb_env):
+    tmp_path, docs, env = kb_env
+    ragloop("ingest", str(docs), "--embedder", "hash", "--collection", "shop", env=env)
+    table = ragloop("search", "tent weight", "--top-k", "2", env=env, cwd=tmp_path)
+    assert table.returncode == 0, table.stderr
+    assert "docs/camping/tents.md" in table.stdout
+    assert "Ridgeline 2 tent weighs" in table.stdout
+    as_json = ragloop("search", "tent weight", "--mode", "bm25", "--json", "-c", "shop", env=env)
+    chunks = json.loads(as_json.stdout)
+    assert chunks[0]["metadata"]["title"] == "Tents"
+    assert 0 < chunks[0]["score"] <= 1
+    assert json.loads(ragloop("search", "tent", "--json", "-c", "other", env=env).stdout) == []
+
+
+def test_read_commands_never_create_a_knowledge_base(tmp_path):
+    kb = tmp_path / "nope.sqlite"
+    for args in (["search", "x", "--kb", str(kb)], ["kb", "stats", "--kb", str(kb)]):
+        result = ragloop(*args)
+        assert result.returncode == 1
+        assert "no knowledge base at" in result.stderr
+        assert "ragloop ingest" in result.stderr
+    assert not kb.exists()
+
+
+def test_kb_stats_and_delete(kb_env):
+    _tmp_path, docs, env = kb_env
+    ragloop("ingest", str(docs), "--embedder", "none", env=env)
+    stats = json.loads(ragloop("kb", "stats", "--json", env=env).stdout)
+    assert (stats["documents"], stats["dense"]) == (4, False)
+    assert "built without embeddings" in stats["dense_off_reason"]
+    table = ragloop("kb", "stats", env=env).stdout
+    assert "documents" in table
+    assert "default" in table
+    search = ragloop("search", "tent", env=env)
+    assert "keyword search only" in search.stderr
+    assert ragloop("kb", "delete", str(docs / "billing.txt"), env=env).returncode == 0
+    missing = ragloop("kb", "delete", str(docs / "billing.txt"), env=env)
+    assert missing.returncode == 1
+    assert "no document" in missing.stderr
+
+
+def test_the_default_knowledge_base_lives_in_the_user_data_folder(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "RAGLOOP_KB"}
+    env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ragloop.cli.common import default_kb_path; print(default_kb_path())",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert result.stdout.strip() == str(tmp_path / "data" / "ragloop" / "kb.sqlite")
+
+
+def test_version_and_help():
+    assert ragloop("--version").stdout.startswith("ragloop, version")
+    help_text = ragloop("--help").stdout
+    for command in ("ingest", "search", "kb"):
+        assert command in help_text
