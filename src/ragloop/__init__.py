@@ -9,12 +9,15 @@ import importlib.metadata as _metadata
 from ragloop.components.evaluators import LLMEvaluator
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
 from ragloop.core.budget import Budget, BudgetSpend, record_usage
+from ragloop.core.calls import as_async_generate_fn, as_generate_fn
 from ragloop.core.errors import (
     BudgetExceeded,
     ComponentError,
     ConfigError,
     EmptyTraceError,
     ModelError,
+    ModelHTTPError,
+    ModelTimeout,
     RagloopError,
     ScriptExhausted,
 )
@@ -37,6 +40,13 @@ from ragloop.core.rag_records import (
 )
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall, Usage
 from ragloop.engines.rag import LoopConfig, RAGLoop
+from ragloop.providers import (
+    AnthropicModel,
+    OpenAICompatibleEmbedder,
+    OpenAICompatibleModel,
+    get_model,
+    resolve_model,
+)
 from ragloop.retrieval.chunking import ChunkingConfig
 from ragloop.retrieval.embedders import (
     E5Embedder,
@@ -60,6 +70,7 @@ except _metadata.PackageNotFoundError:  # running from a source tree that was ne
     __version__ = "unknown"
 
 __all__ = [
+    "AnthropicModel",
     "Budget",
     "BudgetExceeded",
     "BudgetSpend",
@@ -91,7 +102,11 @@ __all__ = [
     "Message",
     "MiniLMEmbedder",
     "ModelError",
+    "ModelHTTPError",
     "ModelResponse",
+    "ModelTimeout",
+    "OpenAICompatibleEmbedder",
+    "OpenAICompatibleModel",
     "ParseFailure",
     "Parsed",
     "RAGLoop",
@@ -108,7 +123,11 @@ __all__ = [
     "ToolCall",
     "Usage",
     "__version__",
+    "as_async_generate_fn",
+    "as_generate_fn",
     "get_embedder",
+    "get_model",
     "parse_llm_json",
     "record_usage",
+    "resolve_model",
 ]

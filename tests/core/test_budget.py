@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ragloop import Budget, BudgetExceeded, StopReason, Usage, record_usage
-from ragloop.core.budget import BudgetTracker
+from ragloop.core.budget import BudgetTracker, remaining_wall_s
 
 
 class FakeClock:
@@ -126,3 +126,18 @@ def test_token_spend_is_the_sum_and_the_cap_triggers_exactly_at_the_limit(calls,
     total = sum(i + o for i, o in calls)
     assert tracker.spend.tokens == total
     assert (tracker.exhausted() == StopReason.BUDGET_TOKENS) == (total >= cap)
+
+
+def test_remaining_wall_s_is_the_tightest_of_the_enclosing_runs():
+    clock = FakeClock()
+    assert remaining_wall_s() is None
+    outer = BudgetTracker(Budget(max_wall_ms=2_000), clock=clock)
+    inner = BudgetTracker(Budget(max_wall_ms=5_000), clock=clock)
+    with outer.active():
+        clock.now += 0.5
+        with inner.active():
+            assert remaining_wall_s() == pytest.approx(1.5)
+        with BudgetTracker(Budget(), clock=clock).active():
+            assert remaining_wall_s() == pytest.approx(1.5)
+    with BudgetTracker(Budget()).active():
+        assert remaining_wall_s() is None

@@ -5,10 +5,17 @@ import threading
 
 import pytest
 
-from ragloop import ComponentError, Message, ModelResponse, Usage
+from ragloop import (
+    ComponentError,
+    Message,
+    ModelResponse,
+    Usage,
+    as_async_generate_fn,
+    as_generate_fn,
+)
 from ragloop.core.budget import BudgetTracker
 from ragloop.core.calls import ask_text, call, complete, method, run_sync, sync_calls_in_threads
-from ragloop.testing import ScriptedModel
+from ragloop.testing import FunctionModel, ScriptedModel
 
 
 async def test_call_awaits_async_functions_and_async_callables():
@@ -95,3 +102,21 @@ async def test_ask_text_accepts_functions_models_and_model_responses():
         await ask_text(lambda p: 3, "p")
     with pytest.raises(TypeError, match="chat model or a function"):
         await ask_text(42, "p")  # type: ignore[arg-type]
+
+
+def test_as_generate_fn_wraps_sync_and_async_models_and_charges_usage():
+    model = FunctionModel(
+        lambda messages, tools: messages[-1].content.upper(), usage=Usage(input_tokens=3)
+    )
+    generate = as_generate_fn(model)
+    tracker = BudgetTracker()
+    with tracker.active():
+        assert generate("hello") == "HELLO"
+    assert tracker.usage == Usage(input_tokens=3)
+    assert [c.messages[0].role for c in model.calls] == ["user"]
+
+
+async def test_as_async_generate_fn_inside_an_event_loop():
+    model = ScriptedModel(["one", "two"])
+    assert await as_async_generate_fn(model)("q") == "one"
+    assert as_generate_fn(model)("q") == "two"  # sync use from async code runs in a thread

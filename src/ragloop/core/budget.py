@@ -157,3 +157,20 @@ def record_usage(usage: Usage) -> None:
     tracker = _active.get()
     if tracker is not None:
         tracker.record(usage)
+
+
+def remaining_wall_s() -> float | None:
+    """Seconds left before the wall-clock budget of the run in progress, or of any run enclosing
+    it, runs out; None outside a run or when no budget caps wall-clock time.
+
+    Code that waits inside a run (a provider sleeping before a retry) checks this first, so a
+    wait never outlasts the run.
+    """
+    tracker = _active.get()
+    left: float | None = None
+    while tracker is not None:
+        mine = tracker.remaining_wall_s()
+        if mine is not None:
+            left = mine if left is None else min(left, mine)
+        tracker = tracker._parent
+    return left

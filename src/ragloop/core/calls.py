@@ -140,3 +140,27 @@ async def ask_text(llm: GenerateFn | ChatModel, prompt: str) -> str:
     if not isinstance(reply, str):
         raise ComponentError(f"generate_fn returned {type(reply).__name__}; expected str")
     return reply
+
+
+def as_generate_fn(llm: GenerateFn | ChatModel) -> Callable[[str], str]:
+    """A sync prompt-in, text-out function (ragsnag's ``generate_fn``) backed by a chat model
+    (or by an async ``generate_fn``).
+
+    Each call sends the prompt as one user message and charges the reply's usage to the run in
+    progress. Components that take a ``generate_fn`` accept a chat model directly too; this is
+    for code that needs a plain function.
+    """
+
+    def generate(prompt: str) -> str:
+        return run_sync(lambda: ask_text(llm, prompt))
+
+    return generate
+
+
+def as_async_generate_fn(llm: GenerateFn | ChatModel) -> Callable[[str], Awaitable[str]]:
+    """:func:`as_generate_fn` for async code: ``await generate(prompt)``."""
+
+    async def generate(prompt: str) -> str:
+        return await ask_text(llm, prompt)
+
+    return generate

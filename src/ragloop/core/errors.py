@@ -8,7 +8,10 @@ Every exception ragloop raises on purpose derives from :class:`RagloopError`::
     ├── EmptyTraceError      (also a ValueError)  best_iteration of a run with no iteration
     ├── BudgetExceeded       a budget ran out inside a run; engines catch it and return a
     │                        partial result with its stop reason, so it never leaves run()
-    └── ModelError           a chat model could not produce a reply
+    └── ModelError           a chat model could not produce a reply (also: requests forbidden,
+        │                    no API key, server unreachable, a body that is not the wire format)
+        ├── ModelHTTPError   the provider answered with an error status; ``.status``, ``.body``
+        ├── ModelTimeout     (also a TimeoutError)  the provider did not answer in time
         └── ScriptExhausted  a scripted test model was called more often than it has replies
 
 Exceptions raised *by* user components (a retriever that cannot reach its index, a generator
@@ -55,6 +58,36 @@ class BudgetExceeded(RagloopError):
 
 class ModelError(RagloopError):
     """A chat model failed to produce a reply."""
+
+
+class ModelHTTPError(ModelError):
+    """A model provider answered with an HTTP error status (after any retries).
+
+    ``status`` is the HTTP status, ``body`` an excerpt of the response body (the provider's error
+    message is in it), ``url`` the request URL, and ``retry_after_s`` the wait the server asked
+    for in ``Retry-After``, if it sent one.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        *,
+        url: str = "",
+        retry_after_s: float | None = None,
+        hint: str = "",
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.url = url
+        self.retry_after_s = retry_after_s
+        where = f" from {url}" if url else ""
+        extra = f" ({hint})" if hint else ""
+        super().__init__(f"HTTP {status}{where}{extra}: {body or '(empty body)'}")
+
+
+class ModelTimeout(ModelError, TimeoutError):
+    """A model provider did not answer within the request's timeout."""
 
 
 class ScriptExhausted(ModelError):

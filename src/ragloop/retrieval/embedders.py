@@ -157,10 +157,16 @@ _loaded: dict[str, Embedder] = {}
 _loading = threading.Lock()
 
 
-def get_embedder(name: str) -> Embedder:
-    """An embedder by name ("minilm", "e5", "hash") or by the model id a knowledge base
-    recorded; loaded once per process. Raises :class:`EmbedderUnavailable` when its packages
-    are missing."""
+def get_embedder(name: str, **options: Any) -> Embedder:
+    """An embedder by name: a local one ("minilm", "e5", "hash", or the model id a knowledge
+    base recorded; loaded once per process) or a remote one by provider spec
+    ("openai:text-embedding-3-small", "openai-compatible:BASE_URL#MODEL"; ``options`` go to
+    its constructor). Raises :class:`EmbedderUnavailable` when a local model's packages are
+    missing."""
+    if ":" in name:
+        from ragloop.providers.registry import get_embedder as remote_embedder
+
+        return remote_embedder(name, **options)
     key = MODEL_IDS.get(name, name)
     if key.startswith("hash-"):
         from ragloop.testing import HashEmbedder

@@ -1,0 +1,131 @@
+"""A small HTTP server on 127.0.0.1 that answers with scripted replies and records requests.
+
+It speaks plain HTTP/1.1 (keep-alive for JSON replies, ``Connection: close`` after a stream), so
+the providers run their real clients, retries and SSE parsing against it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted answer: JSON, a raw body, or server-sent events (``(event, data)`` pairs).
+
+    ``hold`` answers nothing until the server stops, so the client times out first.
+    """
+
+    status: int = 200
+    json: Any = None
+    body: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    events: list[tuple[str | None, str]] | None = None
+    hold: bool = False
+
+
+@dataclass
+class Received:
+    """One request as the server saw it; header names are lower-case."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        owner = self.server.owner
+        owner.received.append(
+            Received(
+                method="POST",
+                path=self.path,
+                headers={k.lower(): v for k, v in self.headers.items()},
+                body=json.loads(raw) if raw else None,
+            )
+        )
+        try:
+            reply = owner.replies.popleft()
+        except IndexError:
+            reply = Reply(500, json={"error": {"message": "the test server has no reply queued"}})
+        if reply.hold:
+            owner.released.wait(10)
+            self.close_connection = True
+            return
+        if reply.events is not None:
+            self._send_events(reply)
+        else:
+            self._send_body(reply)
+
+    def _send_body(self, reply: Reply) -> None:
+        text = reply.body if reply.body is not None else json.dumps(reply.json)
+        payload = text.encode()
+        self.send_response(reply.status)
+        headers = {"content-type": "application/json", **reply.headers}
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _send_events(self, reply: Reply) -> None:
+        self.send_response(reply.status)
+        headers = {"content-type": "text/event-stream", **reply.headers}
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("connection", "close")
+        self.end_headers()
+        for event, data in reply.events or []:
+            lines = f"event: {event}\n" if event else ""
+            self.wfile.write(f"{lines}data: {data}\n\n".encode())
+            self.wfile.flush()
+        self.close_connection = True
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: LoopbackServer
+
+
+class LoopbackServer:
+    """Start with ``start()``; queue answers with ``reply()``; read ``received``."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.received: list[Received] = []
+        self.released = threading.Event()
+        self._httpd = _Server(("127.0.0.1", 0), _Handler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def reply(self, *replies: Reply) -> None:
+        self.replies.extend(replies)
+
+    def start(self) -> LoopbackServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.released.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
