@@ -12,7 +12,7 @@ def test_all_is_sorted_and_unique():
 def test_every_public_name_is_exported_and_every_export_exists():
     public = {name for name in dir(ragloop) if not name.startswith("_")}
     exported = set(ragloop.__all__) - {"__version__"}
-    modules = {"components", "core", "engines", "testing"}
+    modules = {"components", "core", "engines", "observability", "testing"}
     assert public - modules == exported
     for name in ragloop.__all__:
         assert hasattr(ragloop, name)

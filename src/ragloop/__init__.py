@@ -7,13 +7,22 @@ See README.md for the quick start; the public API is exactly ``__all__``.
 import importlib.metadata as _metadata
 
 from ragloop.components.evaluators import LLMEvaluator
+from ragloop.components.grounding import LexicalGrounder, LLMJudgeGrounder
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
+from ragloop.core.agent_records import (
+    AgentResult,
+    GroundedSpan,
+    Grounding,
+    SpanSource,
+    ToolHistoryEntry,
+)
 from ragloop.core.budget import Budget, BudgetSpend, record_usage
 from ragloop.core.errors import (
     BudgetExceeded,
     ComponentError,
     ConfigError,
     EmptyTraceError,
+    GroundingError,
     ModelError,
     RagloopError,
     ScriptExhausted,
@@ -24,6 +33,7 @@ from ragloop.core.protocols import (
     Embedder,
     Evaluator,
     Generator,
+    Grounder,
     Reformulator,
     Retriever,
 )
@@ -36,7 +46,10 @@ from ragloop.core.rag_records import (
     ReformulationStrategy,
 )
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall, Usage
+from ragloop.engines.agent import AgentLoop
+from ragloop.engines.grounding import aground, ground
 from ragloop.engines.rag import LoopConfig, RAGLoop
+from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
 
 try:
     __version__ = _metadata.version("ragloop")
@@ -44,6 +57,8 @@ except _metadata.PackageNotFoundError:  # running from a source tree that was ne
     __version__ = "unknown"
 
 __all__ = [
+    "AgentLoop",
+    "AgentResult",
     "Budget",
     "BudgetExceeded",
     "BudgetSpend",
@@ -55,12 +70,20 @@ __all__ = [
     "EmptyTraceError",
     "EvaluationResult",
     "Evaluator",
+    "EventKind",
     "Generator",
     "GeneratorOutput",
+    "GroundedSpan",
+    "Grounder",
+    "Grounding",
+    "GroundingError",
     "HeuristicReformulator",
     "LLMEvaluator",
+    "LLMJudgeGrounder",
     "LLMReformulator",
+    "LexicalGrounder",
     "LoopConfig",
+    "LoopEvent",
     "LoopIteration",
     "LoopResult",
     "Message",
@@ -75,11 +98,17 @@ __all__ = [
     "Reformulator",
     "Retriever",
     "ScriptExhausted",
+    "SpanSource",
     "StopReason",
     "Tool",
     "ToolCall",
+    "ToolHistoryEntry",
     "Usage",
     "__version__",
+    "aground",
+    "ground",
+    "listen",
     "parse_llm_json",
     "record_usage",
+    "set_trace_content",
 ]

@@ -7,7 +7,15 @@ import pytest
 
 from ragloop import ComponentError, Message, ModelResponse, Usage
 from ragloop.core.budget import BudgetTracker
-from ragloop.core.calls import ask_text, call, complete, method, run_sync, sync_calls_in_threads
+from ragloop.core.calls import (
+    ask,
+    ask_text,
+    call,
+    complete,
+    method,
+    run_sync,
+    sync_calls_in_threads,
+)
 from ragloop.testing import ScriptedModel
 
 
@@ -95,3 +103,28 @@ async def test_ask_text_accepts_functions_models_and_model_responses():
         await ask_text(lambda p: 3, "p")
     with pytest.raises(TypeError, match="chat model or a function"):
         await ask_text(42, "p")  # type: ignore[arg-type]
+
+
+async def test_complete_accepts_a_function_of_messages_and_tools():
+    seen = []
+
+    def chat(messages, tools):
+        seen.append((messages, tools))
+        return ModelResponse(text="fn", usage=Usage(output_tokens=2))
+
+    tracker = BudgetTracker()
+    with tracker.active():
+        reply = await complete(chat, [Message(role="user", content="x")], None)
+    assert reply.text == "fn"
+    assert seen == [([Message(role="user", content="x")], None)]
+    assert tracker.usage == Usage(output_tokens=2)
+    with pytest.raises(ComponentError, match="chat function '<lambda>' returned str"):
+        await complete(lambda m, t: "text", [])
+    with pytest.raises(TypeError, match="chat model or a function"):
+        await complete(42, [])  # type: ignore[arg-type]
+
+
+async def test_ask_returns_the_whole_response():
+    reply = await ask(lambda p: ModelResponse(text="t", usage=Usage(input_tokens=1)), "p")
+    assert reply == ModelResponse(text="t", usage=Usage(input_tokens=1))
+    assert await ask(lambda p: "plain", "p") == ModelResponse(text="plain")
