@@ -84,27 +84,22 @@ class Grounding(BaseModel):
                 for cid in entry.returned_chunk_ids:
                     first.setdefault(cid, entry)
 
-        def attribute(spans: list[GroundedSpan]) -> list[GroundedSpan]:
-            out = []
-            for span in spans:
-                sources = []
-                for source in span.sources:
-                    entry = first.get(source.chunk_id)
-                    sources.append(
-                        source.model_copy(
-                            update={
-                                "search_iteration": entry.iteration if entry else None,
-                                "search_query": entry.query if entry else None,
-                            }
-                        )
-                    )
-                out.append(span.model_copy(update={"sources": sources}))
-            return out
+        def source(s: SpanSource) -> SpanSource:
+            entry = first.get(s.chunk_id)
+            return s.model_copy(
+                update={
+                    "search_iteration": entry.iteration if entry else None,
+                    "search_query": entry.query if entry else None,
+                }
+            )
+
+        def span(g: GroundedSpan) -> GroundedSpan:
+            return g.model_copy(update={"sources": [source(s) for s in g.sources]})
 
         return self.model_copy(
             update={
-                "faithful_spans": attribute(self.faithful_spans),
-                "hallucinated_spans": attribute(self.hallucinated_spans),
+                "faithful_spans": [span(g) for g in self.faithful_spans],
+                "hallucinated_spans": [span(g) for g in self.hallucinated_spans],
             }
         )
 

@@ -15,6 +15,8 @@ And beyond it: ``arun`` (sub-queries retrieved concurrently), budgets checked be
 ``on_error="stop"`` to keep the partial trace when a component raises, a per-run cache so a query
 is never sent to the retriever twice, ``stop_on_repeat``, a cap on sub-queries, and a trace that
 records the strategy, reasoning, timings and usage behind each iteration.
+Telemetry (:mod:`ragloop.observability`): a run span, an event per iteration and a span per
+retriever call.
 """
 
 from __future__ import annotations

@@ -254,8 +254,7 @@ class SearchBackend:
                 "search must be a retriever (retrieve/aretrieve) or a function "
                 f"search(query, *, limit, collection=None, collections=None); got {type(search)}"
             )
-        self.search = search
-        needed = []
+        needed: list[str] = []
         if scope.allowed:
             needed = ["collections", "collection"] if scope.choices else ["collection"]
         for name in needed:
