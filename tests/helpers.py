@@ -11,8 +11,10 @@ from ragloop import (
     EvaluationResult,
     GeneratorOutput,
     LoopIteration,
+    ModelResponse,
     ReformulationOutput,
     ReformulationStrategy,
+    ToolCall,
 )
 
 
@@ -104,3 +106,59 @@ def raising(exc: BaseException) -> Callable[..., object]:
         raise exc
 
     return fail
+
+
+# -- AgentLoop ---------------------------------------------------------------------------------
+
+
+def search_call(query: object, **extra: object) -> ToolCall:
+    return ToolCall(name="search", arguments={"query": query, **extra})
+
+
+def answer_call(text: str) -> ToolCall:
+    return ToolCall(name="answer", arguments={"text": text})
+
+
+def give_up_call(reason: str) -> ToolCall:
+    return ToolCall(name="give_up", arguments={"reason": reason})
+
+
+def turn(*calls: ToolCall, text: str = "") -> ModelResponse:
+    """One controller reply: these tool calls (and optional text)."""
+    return ModelResponse(text=text, tool_calls=list(calls))
+
+
+class CollectionSearch:
+    """A search function over collections: ``corpus`` maps a collection to its texts. Returns
+    the chunks (tagged with their collection) sharing a word with the query; records every
+    call with the scope it received."""
+
+    def __init__(self, corpus: dict[str, list[str]], *, ignore_scope: bool = False) -> None:
+        self.corpus = corpus
+        self.ignore_scope = ignore_scope
+        self.calls: list[dict[str, object]] = []
+
+    def __call__(
+        self,
+        query: str,
+        *,
+        limit: int,
+        collection: str | None = None,
+        collections: list[str] | None = None,
+    ) -> list[Chunk]:
+        self.calls.append(
+            {"query": query, "limit": limit, "collection": collection, "collections": collections}
+        )
+        names = list(self.corpus)
+        if not self.ignore_scope and collection is not None:
+            names = [collection]
+        elif not self.ignore_scope and collections is not None:
+            names = list(collections)
+        words = set(query.lower().split())
+        found = [
+            Chunk(content=text, source=name, score=0.5, metadata={"collection": name})
+            for name in names
+            for text in self.corpus.get(name, [])
+            if words & set(text.lower().replace(",", " ").replace(".", " ").split())
+        ]
+        return found[:limit]

@@ -12,7 +12,16 @@ def test_all_is_sorted_and_unique():
 def test_every_public_name_is_exported_and_every_export_exists():
     public = {name for name in dir(ragloop) if not name.startswith("_")}
     exported = set(ragloop.__all__) - {"__version__"}
-    modules = {"cli", "components", "core", "engines", "providers", "retrieval", "testing"}
+    modules = {
+        "cli",
+        "components",
+        "core",
+        "engines",
+        "observability",
+        "providers",
+        "retrieval",
+        "testing",
+    }
     assert public - modules == exported
     for name in ragloop.__all__:
         assert hasattr(ragloop, name)

@@ -7,7 +7,15 @@ See README.md for the quick start; the public API is exactly ``__all__``.
 import importlib.metadata as _metadata
 
 from ragloop.components.evaluators import LLMEvaluator
+from ragloop.components.grounding import LexicalGrounder, LLMJudgeGrounder
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
+from ragloop.core.agent_records import (
+    AgentResult,
+    GroundedSpan,
+    Grounding,
+    SpanSource,
+    ToolHistoryEntry,
+)
 from ragloop.core.budget import Budget, BudgetSpend, record_usage
 from ragloop.core.calls import as_async_generate_fn, as_generate_fn
 from ragloop.core.errors import (
@@ -15,6 +23,7 @@ from ragloop.core.errors import (
     ComponentError,
     ConfigError,
     EmptyTraceError,
+    GroundingError,
     ModelError,
     ModelHTTPError,
     ModelTimeout,
@@ -27,6 +36,7 @@ from ragloop.core.protocols import (
     Embedder,
     Evaluator,
     Generator,
+    Grounder,
     Reformulator,
     Retriever,
 )
@@ -39,6 +49,8 @@ from ragloop.core.rag_records import (
     ReformulationStrategy,
 )
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall, Usage
+from ragloop.engines.agent import AgentLoop
+from ragloop.engines.grounding import aground, ground
 from ragloop.engines.rag import LoopConfig, RAGLoop
 from ragloop.providers import (
     AnthropicModel,
@@ -63,6 +75,7 @@ from ragloop.retrieval.knowledge_base import (
     KnowledgeBaseRetriever,
 )
 from ragloop.retrieval.store import Store, StoreError
+from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
 
 try:
     __version__ = _metadata.version("ragloop")
@@ -70,6 +83,8 @@ except _metadata.PackageNotFoundError:  # running from a source tree that was ne
     __version__ = "unknown"
 
 __all__ = [
+    "AgentLoop",
+    "AgentResult",
     "AnthropicModel",
     "Budget",
     "BudgetExceeded",
@@ -87,16 +102,24 @@ __all__ = [
     "EmptyTraceError",
     "EvaluationResult",
     "Evaluator",
+    "EventKind",
     "Generator",
     "GeneratorOutput",
+    "GroundedSpan",
+    "Grounder",
+    "Grounding",
+    "GroundingError",
     "HeuristicReformulator",
     "IngestReport",
     "KnowledgeBase",
     "KnowledgeBaseNotFound",
     "KnowledgeBaseRetriever",
     "LLMEvaluator",
+    "LLMJudgeGrounder",
     "LLMReformulator",
+    "LexicalGrounder",
     "LoopConfig",
+    "LoopEvent",
     "LoopIteration",
     "LoopResult",
     "Message",
@@ -116,18 +139,24 @@ __all__ = [
     "Reformulator",
     "Retriever",
     "ScriptExhausted",
+    "SpanSource",
     "StopReason",
     "Store",
     "StoreError",
     "Tool",
     "ToolCall",
+    "ToolHistoryEntry",
     "Usage",
     "__version__",
+    "aground",
     "as_async_generate_fn",
     "as_generate_fn",
     "get_embedder",
     "get_model",
+    "ground",
+    "listen",
     "parse_llm_json",
     "record_usage",
     "resolve_model",
+    "set_trace_content",
 ]

@@ -14,7 +14,15 @@ from ragloop import (
     as_generate_fn,
 )
 from ragloop.core.budget import BudgetTracker
-from ragloop.core.calls import ask_text, call, complete, method, run_sync, sync_calls_in_threads
+from ragloop.core.calls import (
+    ask,
+    ask_text,
+    call,
+    complete,
+    method,
+    run_sync,
+    sync_calls_in_threads,
+)
 from ragloop.testing import FunctionModel, ScriptedModel
 
 
@@ -120,3 +128,28 @@ async def test_as_async_generate_fn_inside_an_event_loop():
     model = ScriptedModel(["one", "two"])
     assert await as_async_generate_fn(model)("q") == "one"
     assert as_generate_fn(model)("q") == "two"  # sync use from async code runs in a thread
+
+
+async def test_complete_accepts_a_function_of_messages_and_tools():
+    seen = []
+
+    def chat(messages, tools):
+        seen.append((messages, tools))
+        return ModelResponse(text="fn", usage=Usage(output_tokens=2))
+
+    tracker = BudgetTracker()
+    with tracker.active():
+        reply = await complete(chat, [Message(role="user", content="x")], None)
+    assert reply.text == "fn"
+    assert seen == [([Message(role="user", content="x")], None)]
+    assert tracker.usage == Usage(output_tokens=2)
+    with pytest.raises(ComponentError, match="chat function '<lambda>' returned str"):
+        await complete(lambda m, t: "text", [])
+    with pytest.raises(TypeError, match="chat model or a function"):
+        await complete(42, [])  # type: ignore[arg-type]
+
+
+async def test_ask_returns_the_whole_response():
+    reply = await ask(lambda p: ModelResponse(text="t", usage=Usage(input_tokens=1)), "p")
+    assert reply == ModelResponse(text="t", usage=Usage(input_tokens=1))
+    assert await ask(lambda p: "plain", "p") == ModelResponse(text="plain")

@@ -18,6 +18,7 @@ from ragloop.core.jsonparse import (
     lenient_enum,
     str_list,
     unit_score,
+    validate_llm_object,
 )
 
 
@@ -216,3 +217,18 @@ def test_never_raises_on_arbitrary_objects_and_scores_stay_in_range(data):
     if isinstance(result, Parsed):
         assert 0.0 <= result.value.score <= 1.0
         assert all(isinstance(item, str) and item for item in result.value.items)
+
+
+class _Args(BaseModel):
+    query: str | None = None
+    limit: int | None = None
+
+
+def test_validate_llm_object_matches_keys_and_reports_failures():
+    parsed = validate_llm_object({"Query": "refunds", "LIMIT": "7"}, _Args)
+    assert isinstance(parsed, Parsed)
+    assert parsed.value == _Args(query="refunds", limit=7)
+    failed = validate_llm_object({"query": 3}, _Args)
+    assert isinstance(failed, ParseFailure)
+    assert failed.reason == "query: Input should be a valid string"
+    assert failed.raw == "{'query': 3}"

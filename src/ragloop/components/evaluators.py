@@ -7,11 +7,12 @@ from typing import Any
 from pydantic import BaseModel, field_validator
 
 from ragloop.components.prompts import evaluator_prompt
-from ragloop.core.calls import GenerateFn, ask_text, run_sync
+from ragloop.core.calls import GenerateFn, run_sync
 from ragloop.core.jsonparse import LenientBool, ParseFailure, UnitScore, parse_llm_json
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import EvaluationResult
 from ragloop.core.records import Chunk
+from ragloop.observability.llm import ask_text
 
 UNPARSEABLE_PREFIX = "Evaluator returned unparseable response"
 
@@ -42,7 +43,8 @@ class LLMEvaluator:
         self.generate_fn = generate_fn
 
     async def aevaluate(self, query: str, chunks: list[Chunk], answer: str) -> EvaluationResult:
-        reply = await ask_text(self.generate_fn, evaluator_prompt(query, chunks, answer))
+        prompt = evaluator_prompt(query, chunks, answer)
+        reply = await ask_text(self.generate_fn, prompt, role="evaluator")
         parsed = parse_llm_json(reply, _EvaluationReply)
         if isinstance(parsed, ParseFailure):
             return EvaluationResult(

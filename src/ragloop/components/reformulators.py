@@ -15,10 +15,11 @@ from pydantic import BaseModel, BeforeValidator, model_validator
 from ragloop.components.prompts import reformulator_prompt
 from ragloop.components.rewriting import rewrite, tried_queries
 from ragloop.components.text import normalize_query
-from ragloop.core.calls import GenerateFn, ask_text, run_sync
+from ragloop.core.calls import GenerateFn, run_sync
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import LoopIteration, ReformulationOutput, ReformulationStrategy
+from ragloop.observability.llm import ask_text
 
 # ragsnag's table, in its order: the first strategy with a matching keyword wins.
 STRATEGY_KEYWORDS: dict[ReformulationStrategy, tuple[str, ...]] = {
@@ -143,7 +144,8 @@ class LLMReformulator:
     async def areformulate(
         self, original_query: str, history: list[LoopIteration]
     ) -> ReformulationOutput:
-        reply = await ask_text(self.generate_fn, reformulator_prompt(original_query, history))
+        prompt = reformulator_prompt(original_query, history)
+        reply = await ask_text(self.generate_fn, prompt, role="reformulator")
         parsed = parse_llm_json(reply, _ReformulationReply)
         if isinstance(parsed, ParseFailure):
             return self._fall_back(

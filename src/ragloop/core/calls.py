@@ -108,26 +108,38 @@ def is_chat_model(obj: object) -> bool:
     return has_method(obj, "complete")
 
 
+# A chat model given as a plain function of the messages and the tools, sync or async.
+ChatFn = Callable[[list[Message], "list[Tool] | None"], "ModelResponse | Awaitable[ModelResponse]"]
+
+
 async def complete(
-    model: ChatModel, messages: list[Message], tools: list[Tool] | None = None
+    model: ChatModel | ChatFn, messages: list[Message], tools: list[Tool] | None = None
 ) -> ModelResponse:
-    """Call a chat model (sync or async) and charge its usage to the run in progress."""
-    response = await call(method(model, "complete", "model"), messages, tools=tools)
+    """Call a chat model (sync or async, or a function of the messages and tools) and charge
+    its usage to the run in progress."""
+    if is_chat_model(model):
+        response = await call(method(model, "complete", "model"), messages, tools=tools)
+        who = f"{type(model).__name__}.complete()"
+    elif callable(model):
+        response = await call(model, messages, tools)
+        who = f"chat function {getattr(model, '__name__', type(model).__name__)!r}"
+    else:
+        raise TypeError(
+            f"expected a chat model or a function of (messages, tools), got {type(model).__name__}"
+        )
     if not isinstance(response, ModelResponse):
         raise ComponentError(
-            f"{type(model).__name__}.complete() returned {type(response).__name__}; "
-            "expected ragloop.ModelResponse"
+            f"{who} returned {type(response).__name__}; expected ragloop.ModelResponse"
         )
     if response.usage is not None:
         record_usage(response.usage)
     return response
 
 
-async def ask_text(llm: GenerateFn | ChatModel, prompt: str) -> str:
-    """Send one prompt to a ``generate_fn`` or a chat model and return the reply text."""
+async def ask(llm: GenerateFn | ChatModel, prompt: str) -> ModelResponse:
+    """Send one prompt to a ``generate_fn`` or a chat model; the reply as a ModelResponse."""
     if is_chat_model(llm):
-        response = await complete(cast(ChatModel, llm), [Message(role="user", content=prompt)])
-        return response.text
+        return await complete(cast(ChatModel, llm), [Message(role="user", content=prompt)])
     if not callable(llm):
         raise TypeError(
             f"expected a chat model or a function of the prompt, got {type(llm).__name__}"
@@ -136,10 +148,15 @@ async def ask_text(llm: GenerateFn | ChatModel, prompt: str) -> str:
     if isinstance(reply, ModelResponse):
         if reply.usage is not None:
             record_usage(reply.usage)
-        return reply.text
+        return reply
     if not isinstance(reply, str):
         raise ComponentError(f"generate_fn returned {type(reply).__name__}; expected str")
-    return reply
+    return ModelResponse(text=reply)
+
+
+async def ask_text(llm: GenerateFn | ChatModel, prompt: str) -> str:
+    """Send one prompt to a ``generate_fn`` or a chat model and return the reply text."""
+    return (await ask(llm, prompt)).text
 
 
 def as_generate_fn(llm: GenerateFn | ChatModel) -> Callable[[str], str]:

@@ -6,6 +6,8 @@ Every exception ragloop raises on purpose derives from :class:`RagloopError`::
     ├── ConfigError          (also a ValueError)  a setting is out of range; the message names it
     ├── ComponentError       a plugged-in component broke its contract (wrong return type, ...)
     ├── EmptyTraceError      (also a ValueError)  best_iteration of a run with no iteration
+    ├── GroundingError       a grounder could not score an answer (an unreadable judge reply);
+    │                        ``AgentLoop.ground`` logs it and leaves ``grounding`` unset
     ├── BudgetExceeded       a budget ran out inside a run; engines catch it and return a
     │                        partial result with its stop reason, so it never leaves run()
     └── ModelError           a chat model could not produce a reply (also: requests forbidden,
@@ -20,7 +22,9 @@ note saying which step of which iteration raised them; with ``on_error="stop"`` 
 the run with ``StopReason.ERROR`` and keeps the partial trace and the message.
 
 Running out of budget is never an exception at the engine boundary: the engine returns its best
-partial result with the matching ``StopReason``.
+partial result with the matching ``StopReason``. ``AgentLoop`` goes further: it never raises
+for a failing controller or tool either (a failing controller ends the run with
+``StopReason.ERROR``; a failing tool becomes a tool-result message the controller reads).
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ class ComponentError(RagloopError):
 
 class EmptyTraceError(RagloopError, ValueError):
     """The run finished no iteration, so it has no best iteration."""
+
+
+class GroundingError(RagloopError):
+    """A grounder could not score an answer (for example, its judge's reply was unreadable)."""
 
 
 class BudgetExceeded(RagloopError):

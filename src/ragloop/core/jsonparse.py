@@ -252,12 +252,21 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
+def validate_llm_object(data: dict[str, Any], model: type[M]) -> Parsed[M] | ParseFailure:
+    """Validate an object a model wrote (tool-call arguments, say) as ``model``, with the same
+    key matching and lenient types as :func:`parse_llm_json`. Never raises."""
+    try:
+        return Parsed(model.model_validate(_match_keys(data, model)))
+    except ValidationError as error:
+        return ParseFailure(_describe(error), repr(data))
+
+
 def parse_llm_json(text: object, model: type[M]) -> Parsed[M] | ParseFailure:
     """Extract a JSON object from ``text`` and validate it as ``model``. Never raises."""
     found = extract_json_object(text)
     if isinstance(found, ParseFailure):
         return found
-    try:
-        return Parsed(model.model_validate(_match_keys(found, model)))
-    except ValidationError as error:
-        return ParseFailure(_describe(error), text if isinstance(text, str) else repr(text))
+    checked = validate_llm_object(found, model)
+    if isinstance(checked, ParseFailure):
+        return ParseFailure(checked.reason, text if isinstance(text, str) else repr(text))
+    return checked

@@ -11,8 +11,9 @@ more.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+from ragloop.core.agent_records import Grounding
 from ragloop.core.rag_records import (
     EvaluationResult,
     GeneratorOutput,
@@ -69,3 +70,11 @@ class Embedder(Protocol):
     dimension: int
 
     def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+@runtime_checkable
+class Grounder(Protocol):
+    """Scores how faithful an answer is to the chunks. ``opts`` carries extras such as the
+    ``question``; implementations ignore the ones they do not use."""
+
+    def ground(self, answer: str, chunks: list[Chunk], **opts: Any) -> Grounding: ...

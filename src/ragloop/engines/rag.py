@@ -15,6 +15,8 @@ And beyond it: ``arun`` (sub-queries retrieved concurrently), budgets checked be
 ``on_error="stop"`` to keep the partial trace when a component raises, a per-run cache so a query
 is never sent to the retriever twice, ``stop_on_repeat``, a cap on sub-queries, and a trace that
 records the strategy, reasoning, timings and usage behind each iteration.
+Telemetry (:mod:`ragloop.observability`): a run span, an event per iteration and a span per
+retriever call.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ from ragloop.core.rag_records import (
     ReformulationOutput,
 )
 from ragloop.core.records import Chunk, StopReason, Usage
+from ragloop.observability import otel
+from ragloop.observability.events import EventKind
+from ragloop.observability.run import RunTelemetry
 
 T = TypeVar("T")
 OnIteration = Callable[[LoopIteration], Any]
@@ -156,8 +161,17 @@ class RAGLoop:
             raise TypeError(f"query must be a string, got {type(query).__name__}")
         if not query.strip():
             raise ValueError("query must be a non-empty string")
-        run = _Run(self, query)
-        with sync_calls_in_threads(in_threads), run.tracker.active():
+        telemetry = RunTelemetry("rag", span_kind="CHAIN")
+        run = _Run(self, query, telemetry)
+        started = telemetry.active(
+            attributes={
+                "max_iterations": self.config.max_iterations,
+                "confidence_threshold": self.config.confidence_threshold,
+                "top_k": self.config.top_k,
+            },
+            content={"question": query},
+        )
+        with sync_calls_in_threads(in_threads), run.tracker.active(), started:
             return await run.execute()
 
 
@@ -168,8 +182,9 @@ class _RepeatStop(Exception):
 class _Run:
     """The state of one run: history, best iteration, query cache, budget tracker."""
 
-    def __init__(self, loop: RAGLoop, query: str) -> None:
+    def __init__(self, loop: RAGLoop, query: str, telemetry: RunTelemetry) -> None:
         self.loop = loop
+        self.telemetry = telemetry
         self.config = loop.config
         self.query = query
         self.tracker = BudgetTracker(self.config.budget)
@@ -190,6 +205,7 @@ class _Run:
                 self.tracker.count_iteration()
                 it = await self._iteration(number, queries, made_by, reformulate_ms)
                 self.history.append(it)
+                self._iteration_event(it)
                 verdict = await self._notify(it)
                 if self.best is None or it.evaluation.score > self.best.evaluation.score:
                     self.best = it
@@ -299,17 +315,19 @@ class _Run:
 
     async def _retrieve_one(self, query: str) -> list[Chunk]:
         retrieve = method(self.loop.retriever, "retrieve", "retriever")
-        found = await call(retrieve, query, top_k=self.config.top_k)
-        if not isinstance(found, list | tuple):
-            raise ComponentError(
-                f"retriever returned {type(found).__name__}; expected a list of ragloop.Chunk"
-            )
-        for item in found:
-            if not isinstance(item, Chunk):
+        with self.telemetry.retrieval(query, top_k=self.config.top_k) as span:
+            found = await call(retrieve, query, top_k=self.config.top_k)
+            if not isinstance(found, list | tuple):
                 raise ComponentError(
-                    f"retriever returned a {type(item).__name__} in its list; "
-                    "expected ragloop.Chunk"
+                    f"retriever returned {type(found).__name__}; expected a list of ragloop.Chunk"
                 )
+            for item in found:
+                if not isinstance(item, Chunk):
+                    raise ComponentError(
+                        f"retriever returned a {type(item).__name__} in its list; "
+                        "expected ragloop.Chunk"
+                    )
+            span.set(otel.retrieved(found))
         return list(found)
 
     async def _generate(self, chunks: list[Chunk]) -> GeneratorOutput:
@@ -338,7 +356,7 @@ class _Run:
         self, reason: StopReason, *, chosen: LoopIteration | None = None, error: str | None = None
     ) -> LoopResult:
         chosen = chosen or self.best
-        return LoopResult(
+        result = LoopResult(
             answer=chosen.answer if chosen else "",
             confidence=chosen.confidence if chosen else 0.0,
             iterations=len(self.history),
@@ -348,6 +366,32 @@ class _Run:
             error=error,
             budget_used=self.tracker.spend,
             usage=self.tracker.usage,
+        )
+        self.telemetry.finish(
+            stop_reason=reason,
+            iterations=result.iterations,
+            budget_used=result.budget_used,
+            chunk_count=len(chosen.chunks) if chosen else 0,
+            error=error,
+            content={"answer": result.answer},
+        )
+        return result
+
+    def _iteration_event(self, it: LoopIteration) -> None:
+        self.telemetry.event(
+            EventKind.ITERATION,
+            iteration=it.iteration,
+            attributes={
+                "score": it.evaluation.score,
+                "is_grounded": it.evaluation.is_grounded,
+                "is_complete": it.evaluation.is_complete,
+                "chunk_count": len(it.chunks),
+                "query_count": len(it.queries),
+                "repeated_count": len(it.repeated_queries),
+                "strategy": it.strategy.value if it.strategy else None,
+                "timings_ms": it.timings_ms,
+            },
+            content={"queries": it.queries, "answer": it.answer, "reason": it.evaluation.reason},
         )
 
 

@@ -1,0 +1,547 @@
+"""AgentLoop: a controller LLM calls tools until it answers, gives up or runs out (seed 001).
+
+Arcana.Loop's rules:
+
+- each iteration is one controller turn: the conversation and the tools in, text or tool calls
+  out; a reply with text and no tool calls is the answer;
+- ``search`` shows the full text of its top 5 chunks after their ids; ``answer`` ends the run
+  answered; ``give_up`` ends it with "Could not answer: <reason>";
+- a failed tool call (missing query, a failing search, an unknown tool, a failing custom tool)
+  becomes the tool result the controller reads, and the loop goes on;
+- the collection scope shapes the search schema and is enforced in the search
+  (:mod:`ragloop.engines.tools`);
+- at ``max_iterations`` one tool-less synthesis call writes the answer from the conversation
+  (``synthesizer``, else the answerer, else the controller), recorded as a ``synthesis`` entry;
+- with an ``answerer`` the ``answer`` tool's text is a draft the answerer rewrites (the draft
+  stands if it fails); ``give_up`` is never rewritten;
+- a failing controller ends the run with ``StopReason.ERROR``: recorded, never raised.
+
+And beyond Arcana: budgets checked before every model call and tool batch, a cap on tool calls
+per turn, a duplicate-search guard, exceptions from tools caught, the searches of one turn run
+concurrently in ``arun``, calls after a terminating one recorded as not run, ``chunk_cap``
+evicting by rank instead of incomparable scores, grounding against every chunk shown, and
+after a controller error a fallback synthesis by a *different* model (answerer or synthesizer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from ragloop.components.prompts import (
+    agent_answer_prompt,
+    agent_synthesis_prompt,
+    agent_system_prompt,
+)
+from ragloop.core.agent_records import AgentResult, ToolHistoryEntry
+from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.calls import (
+    ChatFn,
+    call,
+    is_chat_model,
+    run_sync,
+    sync_calls_in_threads,
+)
+from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
+from ragloop.core.protocols import ChatModel, Retriever
+from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
+from ragloop.engines.grounding import aground, ground
+from ragloop.engines.tools import (
+    ANSWER,
+    BUILTIN_TOOLS,
+    GIVE_UP,
+    SEARCH,
+    SHOWN_PER_SEARCH,
+    CollectionScope,
+    SearchBackend,
+    SearchRequest,
+    builtin_tools,
+    format_results,
+    search_request,
+)
+from ragloop.observability import llm, otel
+from ragloop.observability.events import EventKind
+from ragloop.observability.run import RunTelemetry
+
+logger = logging.getLogger("ragloop")
+
+Synthesizer = Callable[[list[Message]], "str | Awaitable[str]"]
+SearchFn = Callable[..., "list[Chunk] | Awaitable[list[Chunk]]"]
+
+
+# -- the loop -----------------------------------------------------------------------------------
+
+
+def _positive_int(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
+    return value
+
+
+def _chat(value: object, name: str) -> ChatModel | ChatFn:
+    # a ChatModel, or a function of (messages, tools) returning a ModelResponse
+    if not (is_chat_model(value) or callable(value)):
+        raise ConfigError(name, f"must be a ChatModel or a chat function, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+class AgentLoop:
+    """The agentic tool loop. See the module docstring for its rules and ``docs/agent-loop.md``
+    for a guide. A loop holds no per-run state: one instance may serve concurrent runs.
+
+    ``controller`` and ``answerer`` are :class:`~ragloop.ChatModel` s or functions of
+    ``(messages, tools)`` returning a :class:`~ragloop.ModelResponse`. ``search`` is a
+    retriever (``retrieve``/``aretrieve``) or a function ``search(query, *, limit,
+    collection=None, collections=None) -> list[Chunk]``. ``tools`` are extra
+    :class:`~ragloop.Tool` s with a ``callback``; ``synthesizer(messages) -> str`` overrides the
+    fallback synthesis call; ``system_prompt`` replaces the default prompt.
+    """
+
+    def __init__(
+        self,
+        controller: ChatModel | ChatFn,
+        search: Retriever | SearchFn,
+        *,
+        collections: str | Sequence[str] | None = None,
+        answerer: ChatModel | ChatFn | None = None,
+        max_iterations: int = 10,
+        chunk_cap: int = 30,
+        fallback_synthesis: bool = True,
+        synthesizer: Synthesizer | None = None,
+        tools: Sequence[Tool] | None = None,
+        system_prompt: str | None = None,
+        budget: Budget | None = None,
+        max_tool_calls_per_turn: int = 8,
+    ) -> None:
+        self.controller = _chat(controller, "controller")
+        self.answerer = None if answerer is None else _chat(answerer, "answerer")
+        self.max_iterations = _positive_int(max_iterations, "max_iterations")
+        self.chunk_cap = _positive_int(chunk_cap, "chunk_cap")
+        self.max_tool_calls_per_turn = _positive_int(
+            max_tool_calls_per_turn, "max_tool_calls_per_turn"
+        )
+        if not isinstance(fallback_synthesis, bool):
+            raise ConfigError("fallback_synthesis", "must be True or False")
+        if synthesizer is not None and not callable(synthesizer):
+            raise ConfigError("synthesizer", "must be a function of the messages, or None")
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise ConfigError("system_prompt", "must be a string or None")
+        self.fallback_synthesis = fallback_synthesis
+        self.synthesizer = synthesizer
+        self.budget = budget
+        self.scope = CollectionScope.of(collections)
+        self.search = search
+        self.backend = SearchBackend(search, self.scope)
+        self.custom_tools = self._check_tools(tools or [])
+        self.tools: list[Tool] = builtin_tools(self.scope) + list(self.custom_tools.values())
+        turns = min(self.max_iterations, budget.max_iter if budget and budget.max_iter else 10**9)
+        self.system_prompt = system_prompt or agent_system_prompt(
+            tools=self.tools,
+            collections=self.scope.choices,
+            max_iterations=turns,
+            max_tool_calls_per_turn=self.max_tool_calls_per_turn,
+            budget=budget,
+        )
+
+    @staticmethod
+    def _check_tools(tools: Sequence[Tool]) -> dict[str, Tool]:
+        custom: dict[str, Tool] = {}
+        for tool in tools:
+            if not isinstance(tool, Tool):
+                raise ConfigError("tools", f"must be ragloop.Tool objects, got {tool!r}")
+            if tool.name in BUILTIN_TOOLS or tool.name in custom:
+                raise ConfigError("tools", f"tool name {tool.name!r} is already taken")
+            if tool.callback is None:
+                raise ConfigError("tools", f"tool {tool.name!r} has no callback")
+            custom[tool.name] = tool
+        return custom
+
+    @property
+    def collections(self) -> list[str] | None:
+        """The collections searches may touch (None: unrestricted)."""
+        return None if self.scope.allowed is None else list(self.scope.allowed)
+
+    # Arcana's Loop.ground: the same functions as ragloop.ground / ragloop.aground
+    ground = staticmethod(ground)
+    aground = staticmethod(aground)
+
+    def run(self, question: str) -> AgentResult:
+        """Run the loop to an answer, a give-up or a stop. Never raises for a failing model or
+        tool; sync components run inline."""
+        return run_sync(lambda: self._run(question, in_threads=False))
+
+    async def arun(self, question: str) -> AgentResult:
+        """Async :meth:`run`: sync components run in worker threads, and the searches of one
+        turn run concurrently."""
+        return await self._run(question, in_threads=True)
+
+    async def _run(self, question: str, *, in_threads: bool) -> AgentResult:
+        if not isinstance(question, str):
+            raise TypeError(f"question must be a string, got {type(question).__name__}")
+        if not question.strip():
+            raise ValueError("question must be a non-empty string")
+        telemetry = RunTelemetry("agent", span_kind="AGENT", tools=self.tools)
+        run = _AgentRun(self, question, telemetry)
+        started = telemetry.active(
+            attributes={
+                "max_iterations": self.max_iterations,
+                "tool_count": len(self.tools),
+                "chunk_cap": self.chunk_cap,
+                "collections": self.collections,
+            },
+            content={"question": question},
+        )
+        with sync_calls_in_threads(in_threads), run.tracker.active(), started:
+            return await run.execute()
+
+
+@dataclass
+class _Step:
+    """One tool call of a turn: what to run, and what came of it."""
+
+    call: ToolCall
+    summary: str = ""
+    request: SearchRequest | None = None
+    tool: Tool | None = None
+    ends: StopReason | None = None
+    text: str = ""
+    chunks: list[Chunk] = field(default_factory=list)
+    failed: bool = False
+
+
+class _AgentRun:
+    """The state of one run: conversation, history, gathered chunks, budget tracker."""
+
+    def __init__(self, loop: AgentLoop, question: str, telemetry: RunTelemetry) -> None:
+        self.loop = loop
+        self.question = question
+        self.telemetry = telemetry
+        self.tracker = BudgetTracker(loop.budget)
+        self.messages = [
+            Message(role="system", content=loop.system_prompt),
+            Message(role="user", content=question),
+        ]
+        self.history: list[ToolHistoryEntry] = []
+        self.iterations = 0
+        self.answer: str | None = None
+        self.error: str | None = None
+        self.searched: dict[tuple[str, str | None], int] = {}  # search key -> turn
+        self.found: dict[str, Chunk] = {}  # gathered, capped
+        self.rank: dict[str, tuple[int, int]] = {}  # id -> (best rank, discovery order)
+        self.discovered = 0
+        self.shown: dict[str, Chunk] = {}  # every chunk shown, first-shown order
+
+    async def execute(self) -> AgentResult:
+        reason = await self._turns()
+        if self.loop.fallback_synthesis and self.found and self._may_synthesize(reason):
+            await self._synthesize()
+        chunks = sorted(self.found.values(), key=lambda c: self.rank[c.id])
+        result = AgentResult(
+            question=self.question,
+            answer=self.answer,
+            stop_reason=reason,
+            iterations=self.iterations,
+            tool_history=self.history,
+            chunks=chunks,
+            shown_chunks=list(self.shown.values()),
+            error=self.error,
+            messages=self.messages,
+            budget_used=self.tracker.spend,
+            usage=self.tracker.usage,
+            run_id=self.telemetry.run_id,
+        )
+        self.telemetry.finish(
+            stop_reason=reason,
+            iterations=self.iterations,
+            budget_used=result.budget_used,
+            chunk_count=len(chunks),
+            error=self.error,
+            content={"answer": self.answer},
+        )
+        return result
+
+    # -- turns ----------------------------------------------------------------------------------
+    async def _turns(self) -> StopReason:
+        loop = self.loop
+        while True:
+            if self.iterations >= loop.max_iterations:
+                return StopReason.MAX_ITERATIONS
+            spent = self.tracker.exhausted(starting_iteration=True)
+            if spent is not None:
+                return spent
+            turn = self.iterations
+            self.iterations += 1
+            self.tracker.count_iteration()
+            try:
+                response = await self.tracker.bounded(
+                    llm.complete(loop.controller, self.messages, loop.tools, role="controller")
+                )
+            except BudgetExceeded as stop:
+                return stop.reason
+            except Exception as error:
+                self.error = f"controller failed in turn {turn}: {type(error).__name__}: {error}"
+                self._turn_event(turn, None)
+                return StopReason.ERROR
+            self.messages.append(
+                Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
+            )
+            if not response.tool_calls:
+                self._turn_event(turn, response)
+                if response.text.strip():
+                    self.answer = response.text
+                    return StopReason.ANSWERED
+                self.error = f"controller reply in turn {turn} had neither text nor tool calls"
+                return StopReason.ERROR
+            ended = await self._tools(turn, response.tool_calls)
+            self._turn_event(turn, response)
+            if ended is not None:
+                return ended
+
+    async def _tools(self, turn: int, calls: list[ToolCall]) -> StopReason | None:
+        """Run one turn's tool calls; the stop reason if they end the run."""
+        cap = self.loop.max_tool_calls_per_turn
+        steps: list[_Step] = []
+        ending: _Step | None = None
+        keys: set[tuple[str, str | None]] = set()
+        for index, tool_call in enumerate(calls):
+            step = _Step(tool_call)
+            if index >= cap:
+                step.summary = f"Not run: at most {cap} tool calls of a turn are run."
+            elif ending is not None:
+                step.summary = f"Not run: the {ending.call.name} call before it ended the loop."
+            else:
+                self._plan(step, keys)
+                ending = step if step.ends is not None else None
+            steps.append(step)
+        pending = [s for s in steps if s.request is not None or s.tool is not None]
+        if pending:
+            spent = self.tracker.exhausted()
+            if spent is not None:
+                return spent
+            searches = [s for s in pending if s.request is not None]
+            outcomes = await asyncio.gather(
+                *(self._execute(s) for s in searches), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BudgetExceeded):
+                    return outcome.reason
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            for step in pending:
+                if step.tool is not None:
+                    try:
+                        await self._execute(step)
+                    except BudgetExceeded as stop:
+                        return stop.reason
+        for step in steps:
+            self._record(turn, step)
+        if ending is None:
+            return None
+        self.answer = ending.text
+        if ending.ends is StopReason.ANSWERED and self.loop.answerer is not None:
+            await self._rewrite(self.loop.answerer)
+        return ending.ends
+
+    def _plan(self, step: _Step, keys: set[tuple[str, str | None]]) -> None:
+        name, args = step.call.name, step.call.arguments
+        if name == ANSWER:
+            text = args.get("text")
+            if isinstance(text, str) and text.strip():
+                step.ends, step.text, step.summary = StopReason.ANSWERED, text, "Answered."
+            else:
+                step.failed, step.summary = True, "answer error: missing text argument"
+        elif name == GIVE_UP:
+            reason = args.get("reason")
+            why = reason.strip() if isinstance(reason, str) else ""
+            why = why or "no reason given"
+            step.ends, step.text = StopReason.GAVE_UP, f"Could not answer: {why}"
+            step.summary = f"Gave up: {step.text}"
+        elif name == SEARCH:
+            request = search_request(args, self.loop.scope)
+            if isinstance(request, str):
+                step.failed, step.summary = True, request
+            elif request.key in self.searched or request.key in keys:
+                turn = self.searched.get(request.key)
+                when = f"in turn {turn}" if turn is not None else "earlier in this turn"
+                step.summary = (
+                    f'Already searched "{request.query}" {when}; its results are above. '
+                    "Search for something else, or answer."
+                )
+            else:
+                keys.add(request.key)
+                step.request = request
+        elif name in self.loop.custom_tools:
+            step.tool = self.loop.custom_tools[name]
+        else:
+            step.failed, step.summary = True, f"Unknown tool: {name}"
+
+    async def _execute(self, step: _Step) -> None:
+        """Run a search or a custom tool; any failure but a budget stop becomes its summary."""
+        with self.telemetry.tool(step.call.name, step.call.id, step.call.arguments) as span:
+            try:
+                if step.request is not None:
+                    step.chunks = await self.tracker.bounded(self._search(step.request))
+                    step.summary = format_results(step.chunks)
+                else:
+                    step.summary = await self.tracker.bounded(self._custom(step))
+            except BudgetExceeded:
+                raise
+            except Exception as error:
+                prefix = "search error" if step.request is not None else "Tool error"
+                step.failed, step.summary = True, f"{prefix}: {type(error).__name__}: {error}"
+            span.set(otel.tool_result(step.summary))
+            if step.failed:
+                span.fail(step.summary)
+
+    async def _search(self, request: SearchRequest) -> list[Chunk]:
+        with self.telemetry.retrieval(
+            request.query, top_k=request.limit, data_source=request.target.label
+        ) as span:
+            chunks = await self.loop.backend(request)
+            span.set(otel.retrieved(chunks))
+        return chunks
+
+    async def _custom(self, step: _Step) -> str:
+        assert step.tool is not None
+        assert step.tool.callback is not None
+        out = await call(step.tool.callback, dict(step.call.arguments))
+        if not isinstance(out, str):
+            step.failed = True
+            return f"Tool returned unexpected value: {out!r:.200}"
+        return out
+
+    def _record(self, turn: int, step: _Step) -> None:
+        if step.request is not None and not step.failed:
+            self.searched[step.request.key] = turn
+            self._gather(step.chunks)
+        self.messages.append(Message(role="tool", content=step.summary, tool_call_id=step.call.id))
+        self._add_entry(
+            ToolHistoryEntry(
+                tool=step.call.name,
+                args=dict(step.call.arguments),
+                iteration=turn,
+                summary=step.summary,
+                returned_chunk_ids=[c.id for c in step.chunks],
+                call_id=step.call.id,
+            ),
+            failed=step.failed,
+        )
+
+    def _gather(self, chunks: list[Chunk]) -> None:
+        """Add one search's chunks; keep the ``chunk_cap`` best-ranked (rank within their
+        search, then discovery order), since scores of different queries do not compare."""
+        for rank, chunk in enumerate(chunks):
+            if rank < SHOWN_PER_SEARCH:
+                self.shown.setdefault(chunk.id, chunk)
+            if chunk.id in self.found:
+                best, order = self.rank[chunk.id]
+                self.rank[chunk.id] = (min(best, rank), order)
+            else:
+                self.found[chunk.id] = chunk
+                self.rank[chunk.id] = (rank, self.discovered)
+                self.discovered += 1
+        if len(self.found) > self.loop.chunk_cap:
+            kept = sorted(self.found, key=self.rank.__getitem__)[: self.loop.chunk_cap]
+            for cid in set(self.found) - set(kept):
+                del self.found[cid], self.rank[cid]
+
+    # -- answerer and synthesis -----------------------------------------------------------------
+    async def _rewrite(self, answerer: ChatModel | ChatFn) -> None:
+        """Let the answerer write the final answer; on any failure the draft stands."""
+        if self.tracker.exhausted() is not None:
+            return
+        prompt = Message(role="user", content=agent_answer_prompt(self.question))
+        try:
+            response = await self.tracker.bounded(
+                llm.complete(answerer, [*self.messages, prompt], None, role="answerer")
+            )
+        except Exception as error:
+            logger.warning("answerer failed; the controller's draft stands: %s", error)
+            return
+        if response.text.strip():
+            self.answer = response.text
+            self.messages += [prompt, Message(role="assistant", content=response.text)]
+
+    def _may_synthesize(self, reason: StopReason) -> bool:
+        if reason is StopReason.MAX_ITERATIONS:
+            return True
+        # after a controller error, only a different model is worth asking
+        other = self.loop.answerer is not None or self.loop.synthesizer is not None
+        return reason is StopReason.ERROR and other
+
+    async def _synthesize(self) -> None:
+        spent = self.tracker.exhausted()
+        if spent is not None:
+            self._note(f"fallback synthesis skipped: {spent.value}")
+            return
+        loop = self.loop
+        messages = [
+            *self.messages,
+            Message(role="user", content=agent_synthesis_prompt(self.question)),
+        ]
+        try:
+            if loop.synthesizer is not None:
+                text = await self.tracker.bounded(call(loop.synthesizer, list(messages)))
+            else:
+                model = loop.answerer or loop.controller
+                reply: ModelResponse = await self.tracker.bounded(
+                    llm.complete(model, messages, None, role="synthesizer")
+                )
+                text = reply.text
+            if not isinstance(text, str):
+                raise ComponentError(f"synthesizer returned {type(text).__name__}; expected str")
+        except Exception as error:
+            self._note(f"fallback synthesis failed: {type(error).__name__}: {error}")
+            return
+        if not text.strip():
+            self._note("fallback synthesis returned no text")
+            return
+        self.answer = text
+        self.messages = [*messages, Message(role="assistant", content=text)]
+        self._add_entry(
+            ToolHistoryEntry(
+                tool="synthesis",
+                args={"text": text},
+                iteration=self.iterations,
+                summary=f"Synthesized from {len(self.shown)} chunks",
+            ),
+            failed=False,
+        )
+
+    def _note(self, message: str) -> None:
+        self.error = message if self.error is None else f"{self.error}; {message}"
+
+    # -- events ---------------------------------------------------------------------------------
+    def _add_entry(self, entry: ToolHistoryEntry, *, failed: bool) -> None:
+        self.history.append(entry)
+        self.telemetry.event(
+            EventKind.TOOL_CALL,
+            iteration=entry.iteration,
+            attributes={
+                "tool": entry.tool,
+                "call_id": entry.call_id,
+                "returned_count": len(entry.returned_chunk_ids),
+                "history_size": len(self.history),
+                "failed": failed,
+            },
+            content={"args": entry.args, "summary": entry.summary},
+        )
+
+    def _turn_event(self, turn: int, response: ModelResponse | None) -> None:
+        calls = response.tool_calls if response is not None else []
+        usage = response.usage if response is not None else None
+        self.telemetry.event(
+            EventKind.ITERATION,
+            iteration=turn,
+            attributes={
+                "tool_calls": [c.name for c in calls],
+                "failed": response is None,
+                "input_tokens": usage.input_tokens if usage else None,
+                "output_tokens": usage.output_tokens if usage else None,
+            },
+            content={"text": response.text if response is not None else None},
+        )

@@ -1,0 +1,163 @@
+"""One event stream for every engine: listeners, structured logs and OpenTelemetry span events.
+
+Each engine emits a :class:`LoopEvent` when a run starts, after every iteration (a controller
+turn in AgentLoop), for every tool call, when an answer is grounded and when the run ends. An
+event goes, in order, to
+
+1. every listener registered with :func:`listen` (called inline; a listener that raises is
+   logged and skipped, never breaks the run);
+2. ``logging.getLogger("ragloop")`` at INFO, one record per event, the event as a dict in the
+   record's ``ragloop_event`` attribute (:class:`JsonFormatter` writes it as one JSON line);
+3. the active OpenTelemetry span, as a span event named ``ragloop.{kind}``.
+
+Content (queries, answers, tool arguments, results) is added to an event's attributes only when
+content capture is on (``RAGLOOP_TRACE_CONTENT=1`` or :func:`set_trace_content`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from types import TracebackType
+from typing import IO, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragloop.observability import otel
+
+logger = logging.getLogger("ragloop")
+logger.addHandler(logging.NullHandler())
+
+
+class EventKind(StrEnum):
+    """What happened."""
+
+    RUN_STARTED = "run_started"
+    ITERATION = "iteration"
+    TOOL_CALL = "tool_call"
+    GROUNDING = "grounding"
+    RUN_FINISHED = "run_finished"
+
+
+class LoopEvent(BaseModel):
+    """One event of a run.
+
+    ``engine`` names the engine (``"agent"``, ``"rag"``); ``run_id`` is shared by every event of
+    a run (and is the ``ragloop.run.id`` of its spans); ``iteration`` uses the engine's own
+    numbering, as in its result (AgentLoop: the 0-based turn; RAGLoop: the 1-based
+    ``LoopIteration.iteration``), None for run-level events. ``attributes`` holds the details.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: str
+    kind: EventKind
+    run_id: str
+    iteration: int | None = None
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    timestamp: float = Field(default_factory=time.time)
+
+
+Listener = Callable[[LoopEvent], object]
+
+_listeners: list[Listener] = []
+_lock = threading.Lock()
+
+
+class Listening:
+    """A registered listener; :meth:`close` (or leaving the ``with`` block) unregisters it."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        with _lock:
+            _listeners.append(listener)
+
+    def close(self) -> None:
+        with _lock:
+            if self.listener in _listeners:
+                _listeners.remove(self.listener)
+
+    def __enter__(self) -> Listening:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def listen(listener: Listener) -> Listening:
+    """Call ``listener(event)`` for every event of every run until closed.
+
+    Use it as a context manager (``with listen(events.append): loop.run(q)``) or keep the
+    handle and call ``close()``. Listeners are process-wide and called from the thread that
+    runs the engine; tell runs apart by ``event.run_id``.
+    """
+    if not callable(listener):
+        raise TypeError(f"listener must be callable, got {type(listener).__name__}")
+    return Listening(listener)
+
+
+def _describe(event: LoopEvent) -> str:
+    where = f" iteration={event.iteration}" if event.iteration is not None else ""
+    details = " ".join(
+        f"{k}={v}" for k, v in event.attributes.items() if isinstance(v, str | int | float)
+    )
+    return f"{event.engine} {event.kind.value} run={event.run_id}{where} {details}".rstrip()
+
+
+def emit(event: LoopEvent) -> None:
+    """Deliver ``event`` to the listeners, the ``ragloop`` logger and the active span."""
+    with _lock:
+        listeners = list(_listeners)
+    for listener in listeners:
+        try:
+            listener(event)
+        except Exception:
+            logger.warning("ragloop event listener %r raised; skipped", listener, exc_info=True)
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(_describe(event), extra={"ragloop_event": event.model_dump(mode="json")})
+    otel.add_event(
+        f"ragloop.{event.kind.value}",
+        {"engine": event.engine, "iteration": event.iteration, **event.attributes},
+    )
+
+
+class JsonFormatter(logging.Formatter):
+    """Formats each log record as one JSON object per line; a ragloop event's fields are
+    included at the top level (``engine``, ``kind``, ``run_id``, ``iteration``,
+    ``attributes``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        event = getattr(record, "ragloop_event", None)
+        if isinstance(event, dict):
+            data.update(event)
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def install_json_logging(
+    stream: IO[str] | None = None, level: int = logging.INFO
+) -> logging.Handler:
+    """Log ragloop's events as JSON lines to ``stream`` (stderr by default); returns the
+    handler so the caller can remove it (``logging.getLogger("ragloop").removeHandler(h)``)."""
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    return handler

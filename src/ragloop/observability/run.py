@@ -1,0 +1,134 @@
+"""The telemetry of one run: its id, its span and its events. Engines create one per run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from typing import Any
+from uuid import uuid4
+
+from ragloop.core.budget import BudgetSpend
+from ragloop.core.records import StopReason, Tool
+from ragloop.observability import otel
+from ragloop.observability.events import EventKind, LoopEvent, emit
+from ragloop.observability.settings import trace_content_enabled
+
+_current: ContextVar[RunTelemetry | None] = ContextVar("ragloop_run_telemetry", default=None)
+
+
+def current_run() -> RunTelemetry | None:
+    """The run in progress in this context (the innermost one when runs nest), or None."""
+    return _current.get()
+
+
+class RunTelemetry:
+    """Opens the run span, emits the run's events and opens its child spans.
+
+    ``engine`` names the engine in events and spans; ``span_kind`` is the run span's
+    OpenInference kind (``AGENT`` for a tool loop, ``CHAIN`` for a fixed pipeline); ``tools``
+    are recorded as the run's tool definitions. ``run_id`` is new unless given (to emit more
+    events about a finished run, such as its grounding).
+    """
+
+    def __init__(
+        self,
+        engine: str,
+        *,
+        span_kind: str = "CHAIN",
+        tools: Sequence[Tool] = (),
+        run_id: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.run_id = run_id or uuid4().hex
+        self.span_kind = span_kind
+        self.tools = list(tools)
+        self.span = otel.Span(None)
+
+    @contextmanager
+    def active(
+        self,
+        *,
+        attributes: Mapping[str, Any] | None = None,
+        content: Mapping[str, Any] | None = None,
+    ) -> Iterator[RunTelemetry]:
+        """Inside the block: the run span is open and this run is :func:`current_run`. Emits
+        ``run_started`` on entry."""
+        with otel.run_span(
+            self.engine, self.run_id, span_kind=self.span_kind, tools=self.tools
+        ) as span:
+            self.span = span
+            token = _current.set(self)
+            try:
+                self.event(EventKind.RUN_STARTED, attributes=attributes, content=content)
+                yield self
+            finally:
+                _current.reset(token)
+
+    def event(
+        self,
+        kind: EventKind,
+        *,
+        iteration: int | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        content: Mapping[str, Any] | None = None,
+    ) -> LoopEvent:
+        """Emit an event; ``content`` joins its attributes only when content capture is on."""
+        merged = dict(attributes or {})
+        if content and trace_content_enabled():
+            merged.update(content)
+        event = LoopEvent(
+            engine=self.engine,
+            kind=kind,
+            run_id=self.run_id,
+            iteration=iteration,
+            attributes=merged,
+        )
+        emit(event)
+        return event
+
+    def finish(
+        self,
+        *,
+        stop_reason: StopReason,
+        iterations: int,
+        budget_used: BudgetSpend,
+        chunk_count: int,
+        error: str | None = None,
+        content: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record the run's outcome on its span and emit ``run_finished``."""
+        self.span.set(
+            otel.run_outcome(
+                stop_reason=stop_reason.value,
+                iterations=iterations,
+                budget_used=budget_used,
+                chunk_count=chunk_count,
+                error=error,
+            )
+        )
+        if stop_reason is StopReason.ERROR:
+            self.span.fail(error or "error")
+        self.event(
+            EventKind.RUN_FINISHED,
+            attributes={
+                "stop_reason": stop_reason.value,
+                "iterations": iterations,
+                "chunk_count": chunk_count,
+                "budget_used": budget_used.model_dump(),
+                "error": error,
+            },
+            content=content,
+        )
+
+    def retrieval(
+        self, query: str, *, top_k: int, data_source: str | None = None
+    ) -> AbstractContextManager[otel.Span]:
+        """A child span around one retriever call."""
+        return otel.retrieval_span(query, top_k=top_k, run_id=self.run_id, data_source=data_source)
+
+    def tool(
+        self, name: str, call_id: str, arguments: Mapping[str, Any]
+    ) -> AbstractContextManager[otel.Span]:
+        """A child span around one tool execution."""
+        return otel.tool_span(name, call_id, arguments=arguments, run_id=self.run_id)
