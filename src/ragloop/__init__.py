@@ -52,6 +52,7 @@ from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool
 from ragloop.engines.agent import AgentLoop
 from ragloop.engines.grounding import aground, ground
 from ragloop.engines.rag import LoopConfig, RAGLoop
+from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
 from ragloop.providers import (
     AnthropicModel,
     OpenAICompatibleEmbedder,
@@ -75,7 +76,6 @@ from ragloop.retrieval.knowledge_base import (
     KnowledgeBaseRetriever,
 )
 from ragloop.retrieval.store import Store, StoreError
-from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
 
 try:
     __version__ = _metadata.version("ragloop")
