@@ -72,7 +72,8 @@ class DenseSearchUnavailable(StoreError):
 
 class Document(BaseModel):
     """A document given as text rather than read from a file (``format`` "text" or
-    "markdown": markdown headings become the chunks' heading paths)."""
+    "markdown": markdown headings become the chunks' heading paths). Without a ``title`` the
+    source's name is the title; ``title=""`` leaves the document untitled."""
 
     text: str
     source: str
@@ -244,7 +245,8 @@ class KnowledgeBase:
                         parsed = ParsedDocument(d.title or path.stem, markdown_blocks(d.text))
                     else:
                         parsed = read_plain_text(d.text, path)
-                    parsed.title = d.title or parsed.title
+                    if d.title is not None:  # "" keeps the document untitled
+                        parsed.title = d.title
                     raw = hashlib.sha256(f"{d.title}\0{d.text}".encode()).hexdigest()
                     return parsed, raw, dict(d.metadata)
 

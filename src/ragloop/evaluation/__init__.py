@@ -1,0 +1,1 @@
+"""Evaluation: datasets with gold passages, metrics, paired tests, the harness and reports."""

@@ -1,0 +1,88 @@
+"""The harness end to end on a small fixture: one-shot configurations, a function
+configuration, comparisons, reports and the chart."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from ragloop.evaluation.configurations import CountingRetriever, OneShot, build_knowledge_base
+from ragloop.evaluation.datasets import EvalDataset, EvalPassage, load_dataset
+from ragloop.evaluation.harness import EvalReport, FunctionConfiguration, Outcome, evaluate
+from ragloop.evaluation.report import kind_table, markdown_table, recall_chart, significance_table
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_harness_scores_compares_and_reports(tmp_path):
+    dataset = load_dataset(FIXTURES / "hotpot_official.json")
+    kb = build_knowledge_base(dataset, embedder=None)
+    gold_of = {q.question: q.gold for q in dataset.questions}
+    seen_questions = []
+
+    def oracle(question: str) -> Outcome:
+        seen_questions.append(question)
+        return Outcome(
+            ranked=list(gold_of[question]),
+            answer="the Danube",
+            retrieval_calls=3,
+            llm_calls=2,
+            tokens=100,
+            iterations=2,
+        )
+
+    report = evaluate(
+        dataset,
+        [OneShot(kb, "bm25"), FunctionConfiguration("oracle", oracle)],
+        ks=(1, 2, 5),
+    )
+    assert seen_questions == [q.question for q in dataset.questions]  # text only reaches it
+    oracle_summary = report.summary("oracle")
+    assert oracle_summary.metrics["recall_all@2"] == 1.0
+    assert oracle_summary.metrics["em"] == 0.5  # "Danube" right, "yes" wrong
+    assert (
+        oracle_summary.retrieval_calls,
+        oracle_summary.llm_calls,
+        oracle_summary.iterations,
+    ) == (3, 2, 2)
+    assert set(oracle_summary.by_kind) == {"bridge", "comparison"}
+    baseline = report.summary("one-shot bm25")
+    assert baseline.baseline
+    assert baseline.retrieval_calls == 1
+    comparison = report.comparison("oracle", "recall_all@5")
+    assert comparison.baseline == "one-shot bm25"
+    assert 0.0 <= comparison.p_value <= 1.0
+    assert EvalReport.model_validate_json(report.model_dump_json()) == report
+    json.loads(report.model_dump_json())
+    table = markdown_table(report)
+    assert "| oracle |" in table and "one-shot bm25 (baseline)" in table
+    assert "recall_all@5" in significance_table(report)
+    assert "| oracle | 1.000 | 1.000 |" in kind_table(report, "recall_all@2")
+    png = recall_chart(report, tmp_path / "chart.png")
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (840, 540)
+
+
+def test_counting_retriever_counts_every_form_of_search():
+    dataset = load_dataset(FIXTURES / "ircot.jsonl")
+    kb = build_knowledge_base(dataset, embedder=None)
+    counting = CountingRetriever(kb.retriever(mode="bm25"))
+    counting.retrieve("tent")
+    counting.search("tent", limit=2)
+    assert counting.calls == 2
+
+
+def test_titles_can_be_left_out_of_the_index():
+    dataset = EvalDataset(
+        name="t",
+        questions=[],
+        passages=[EvalPassage(id="p0", title="Zebra", text="A striped animal of Africa.")],
+    )
+    with_titles = build_knowledge_base(dataset, embedder=None)
+    without = build_knowledge_base(dataset, embedder=None, titles=False)
+    assert [c.source for c in with_titles.search("zebra", mode="bm25")] == ["p0"]
+    assert without.search("zebra", mode="bm25") == []  # the title was the only mention
+    assert without.search("striped", mode="bm25")[0].metadata["title"] == ""
