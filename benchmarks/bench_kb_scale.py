@@ -19,6 +19,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import bm25s
 import numpy as np
@@ -65,13 +66,61 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(0.95 * (len(ordered) - 1))]
 
 
-def timed(function, queries: list[str]) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+def timed(function: Any, queries: list[Any]) -> tuple[float, float]:
     samples = []
     for query in queries:
         started = time.perf_counter()
         function(query)
         samples.append((time.perf_counter() - started) * 1000)
     return percentiles(samples)
+
+
+def measure(
+    size: int, passages: dict[str, str], queries: list[str], embedder: HashPassagesRealQueries
+) -> str:
+    """One table row: ingest rate and query latencies at ``size`` chunks."""
+    docs = synthetic_documents(size, passages)
+    with tempfile.TemporaryDirectory() as folder:
+        kb = KnowledgeBase(Path(folder) / "kb.sqlite", embedder=None, link_titles=False)
+        started = time.perf_counter()
+        kb.add_documents(docs)
+        ingest_rate = size / (time.perf_counter() - started)
+        bm25 = timed(lambda q: kb.search(q, mode="bm25", top_k=10), queries)
+        kb.close()
+        vkb = KnowledgeBase(Path(folder) / "vectors.sqlite", embedder=embedder, link_titles=False)
+        vkb.add_documents(docs)
+        vkb.search("warm up", mode="dense")  # loads the matrix once
+        dense = timed(lambda q: vkb.search(q, mode="dense", top_k=10), queries)
+        hybrid = timed(lambda q: vkb.search(q, mode="hybrid", top_k=10), queries)
+        vkb.close()
+
+    corpus = [f"{d.title}\n{d.text}" for d in docs]
+    reference = bm25s.BM25()
+    reference.index(
+        bm25s.tokenize(corpus, stopwords="en", show_progress=False), show_progress=False
+    )
+
+    def bm25s_query(q: str) -> None:
+        tokens = bm25s.tokenize([q], stopwords="en", show_progress=False)
+        reference.retrieve(tokens, k=10, show_progress=False)
+
+    bm25s_times = timed(bm25s_query, queries)
+    matrix = np.asarray(HashEmbedder(384).embed(corpus), dtype=np.float32)
+    query_vectors = np.asarray(embedder.embed_query(queries[:200]), dtype=np.float32)
+
+    def numpy_query(i: int) -> None:
+        scores = matrix @ query_vectors[i]
+        top = np.argpartition(-scores, 10)[:10]
+        top[np.argsort(-scores[top])]
+
+    numpy_times = timed(numpy_query, list(range(len(query_vectors))))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return (
+        f"| {size:,} | {ingest_rate:,.0f} chunks/s | {bm25[0]:.1f} / {bm25[1]:.1f} "
+        f"| {bm25s_times[0]:.1f} / {bm25s_times[1]:.1f} | {dense[0]:.1f} / {dense[1]:.1f} "
+        f"| {numpy_times[0]:.1f} / {numpy_times[1]:.1f} (no query embedding) "
+        f"| {hybrid[0]:.1f} / {hybrid[1]:.1f} | {rss:,.0f} MB |"
+    )
 
 
 def run() -> str:
@@ -91,49 +140,7 @@ def run() -> str:
     ]
     embedder = HashPassagesRealQueries()
     for size in SIZES:
-        docs = synthetic_documents(size, passages)
-        with tempfile.TemporaryDirectory() as folder:
-            kb = KnowledgeBase(Path(folder) / "kb.sqlite", embedder=None, link_titles=False)
-            started = time.perf_counter()
-            kb.add_documents(docs)
-            ingest_rate = size / (time.perf_counter() - started)
-            bm25 = timed(lambda q: kb.search(q, mode="bm25", top_k=10), queries)
-            kb.close()
-
-            vkb = KnowledgeBase(Path(folder) / "vectors.sqlite", embedder=embedder,
-                                link_titles=False)  # fmt: skip
-            vkb.add_documents(docs)
-            vkb.search("warm up", mode="dense")  # loads the matrix once
-            dense = timed(lambda q: vkb.search(q, mode="dense", top_k=10), queries)
-            hybrid = timed(lambda q: vkb.search(q, mode="hybrid", top_k=10), queries)
-            vkb.close()
-
-        corpus = [f"{d.title}\n{d.text}" for d in docs]
-        reference = bm25s.BM25()
-        reference.index(bm25s.tokenize(corpus, stopwords="en", show_progress=False),
-                        show_progress=False)  # fmt: skip
-
-        def bm25s_query(q: str) -> None:
-            tokens = bm25s.tokenize([q], stopwords="en", show_progress=False)
-            reference.retrieve(tokens, k=10, show_progress=False)
-
-        bm25s_times = timed(bm25s_query, queries)
-        matrix = np.asarray(HashEmbedder(384).embed(corpus), dtype=np.float32)
-        query_vectors = np.asarray(embedder.embed_query(queries[:200]), dtype=np.float32)
-
-        def numpy_query(i: int) -> None:
-            scores = matrix @ query_vectors[i]
-            top = np.argpartition(-scores, 10)[:10]
-            top[np.argsort(-scores[top])]
-
-        numpy_times = timed(numpy_query, list(range(len(query_vectors))))  # type: ignore[arg-type]
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        lines.append(
-            f"| {size:,} | {ingest_rate:,.0f} chunks/s | {bm25[0]:.1f} / {bm25[1]:.1f} "
-            f"| {bm25s_times[0]:.1f} / {bm25s_times[1]:.1f} | {dense[0]:.1f} / {dense[1]:.1f} "
-            f"| {numpy_times[0]:.1f} / {numpy_times[1]:.1f} (no query embedding) "
-            f"| {hybrid[0]:.1f} / {hybrid[1]:.1f} | {rss:,.0f} MB |"
-        )
+        lines.append(measure(size, passages, queries, embedder))
     sample = synthetic_documents(1000, passages)
     with tempfile.TemporaryDirectory() as folder:
         kb = KnowledgeBase(Path(folder) / "kb.sqlite", embedder="minilm")

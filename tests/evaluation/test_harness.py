@@ -56,7 +56,8 @@ def test_harness_scores_compares_and_reports(tmp_path):
     assert EvalReport.model_validate_json(report.model_dump_json()) == report
     json.loads(report.model_dump_json())
     table = markdown_table(report)
-    assert "| oracle |" in table and "one-shot bm25 (baseline)" in table
+    assert "| oracle |" in table
+    assert "one-shot bm25 (baseline)" in table
     assert "recall_all@5" in significance_table(report)
     assert "| oracle | 1.000 | 1.000 |" in kind_table(report, "recall_all@2")
     png = recall_chart(report, tmp_path / "chart.png")
