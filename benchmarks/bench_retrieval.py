@@ -140,6 +140,13 @@ def run() -> str:
                 evaluate(questions, kb_search(kb, "hybrid")),
             )
         )
+        kb.fusion_weights = {"bm25": 0.5, "dense": 1.0}
+        lines.append(
+            row(
+                f"ragloop hybrid, RRF weights bm25 0.5 / {name} 1.0",
+                evaluate(questions, kb_search(kb, "hybrid")),
+            )
+        )
         kb.close()
     lines += [
         "",
