@@ -18,6 +18,7 @@ def test_every_public_name_is_exported_and_every_export_exists():
         "core",
         "engines",
         "observability",
+        "offline_retrieval",
         "providers",
         "retrieval",
         "testing",
