@@ -6,9 +6,17 @@ See README.md for the quick start; the public API is exactly ``__all__``.
 
 import importlib.metadata as _metadata
 
+from ragloop.components.cost import DefaultCostEstimator
 from ragloop.components.evaluators import LLMEvaluator
 from ragloop.components.grounding import LexicalGrounder, LLMJudgeGrounder
+from ragloop.components.refiners import (
+    EntityBridgeRefiner,
+    KeywordRefiner,
+    PseudoRelevanceRefiner,
+    RefinerChain,
+)
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
+from ragloop.components.understanding import HeuristicUnderstander, LLMUnderstander
 from ragloop.core.agent_records import (
     AgentResult,
     GroundedSpan,
@@ -28,17 +36,23 @@ from ragloop.core.errors import (
     ModelHTTPError,
     ModelTimeout,
     RagloopError,
+    RetrievalLoopError,
     ScriptExhausted,
 )
 from ragloop.core.jsonparse import Parsed, ParseFailure, parse_llm_json
 from ragloop.core.protocols import (
     ChatModel,
+    CostEstimator,
     Embedder,
+    EmbeddingCache,
     Evaluator,
     Generator,
     Grounder,
+    QueryRefiner,
+    QueryUnderstander,
     Reformulator,
     Retriever,
+    Router,
 )
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -49,9 +63,18 @@ from ragloop.core.rag_records import (
     ReformulationStrategy,
 )
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall, Usage
+from ragloop.core.retrieval_records import (
+    CacheStats,
+    QueryShape,
+    RefineContext,
+    RetrievalIteration,
+    RetrievalResult,
+    UnderstoodQuery,
+)
 from ragloop.engines.agent import AgentLoop
 from ragloop.engines.grounding import aground, ground
 from ragloop.engines.rag import LoopConfig, RAGLoop
+from ragloop.engines.retrieval import RetrievalLoop, RetrievalLoopConfig
 from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
 from ragloop.providers import (
     AnthropicModel,
@@ -67,6 +90,7 @@ from ragloop.retrieval.embedders import (
     MiniLMEmbedder,
     get_embedder,
 )
+from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, SemanticEmbeddingCache
 from ragloop.retrieval.ingest import IngestReport
 from ragloop.retrieval.knowledge_base import (
     DenseSearchUnavailable,
@@ -75,6 +99,7 @@ from ragloop.retrieval.knowledge_base import (
     KnowledgeBaseNotFound,
     KnowledgeBaseRetriever,
 )
+from ragloop.retrieval.routing import RetrievalRouter
 from ragloop.retrieval.store import Store, StoreError
 
 try:
@@ -89,20 +114,26 @@ __all__ = [
     "Budget",
     "BudgetExceeded",
     "BudgetSpend",
+    "CacheStats",
     "ChatModel",
     "Chunk",
     "ChunkingConfig",
     "ComponentError",
     "ConfigError",
+    "CostEstimator",
+    "DefaultCostEstimator",
     "DenseSearchUnavailable",
     "Document",
     "E5Embedder",
     "Embedder",
     "EmbedderUnavailable",
+    "EmbeddingCache",
     "EmptyTraceError",
+    "EntityBridgeRefiner",
     "EvaluationResult",
     "Evaluator",
     "EventKind",
+    "ExactEmbeddingCache",
     "Generator",
     "GeneratorOutput",
     "GroundedSpan",
@@ -110,13 +141,16 @@ __all__ = [
     "Grounding",
     "GroundingError",
     "HeuristicReformulator",
+    "HeuristicUnderstander",
     "IngestReport",
+    "KeywordRefiner",
     "KnowledgeBase",
     "KnowledgeBaseNotFound",
     "KnowledgeBaseRetriever",
     "LLMEvaluator",
     "LLMJudgeGrounder",
     "LLMReformulator",
+    "LLMUnderstander",
     "LexicalGrounder",
     "LoopConfig",
     "LoopEvent",
@@ -132,13 +166,27 @@ __all__ = [
     "OpenAICompatibleModel",
     "ParseFailure",
     "Parsed",
+    "PseudoRelevanceRefiner",
+    "QueryRefiner",
+    "QueryShape",
+    "QueryUnderstander",
     "RAGLoop",
     "RagloopError",
+    "RefineContext",
+    "RefinerChain",
     "ReformulationOutput",
     "ReformulationStrategy",
     "Reformulator",
+    "RetrievalIteration",
+    "RetrievalLoop",
+    "RetrievalLoopConfig",
+    "RetrievalLoopError",
+    "RetrievalResult",
+    "RetrievalRouter",
     "Retriever",
+    "Router",
     "ScriptExhausted",
+    "SemanticEmbeddingCache",
     "SpanSource",
     "StopReason",
     "Store",
@@ -146,6 +194,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolHistoryEntry",
+    "UnderstoodQuery",
     "Usage",
     "__version__",
     "aground",

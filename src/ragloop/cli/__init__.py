@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ragloop.cli.agent_loop import agent_loop
 from ragloop.cli.ingest import ingest
 from ragloop.cli.kb import kb_group
 from ragloop.cli.search import search
@@ -18,3 +19,4 @@ def main() -> None:
 main.add_command(ingest)
 main.add_command(search)
 main.add_command(kb_group)
+main.add_command(agent_loop)

@@ -1,1 +1,2 @@
-"""Pluggable components: evaluators, reformulators, prompts and the text utilities they share."""
+"""Pluggable components: evaluators, reformulators, grounders, query understanders, refiners,
+cost estimators, prompts and the text utilities they share."""

@@ -237,3 +237,35 @@ and the numbers (n) of the chunks that support or contradict it.
 
 Reply with JSON only, no markdown:
 {{"claims": [{{"text": "...", "verdict": "supported", "chunk_indices": [1]}}]}}"""
+
+
+# -- the retrieval loop (seed 004) --------------------------------------------------------------
+
+
+def understanding_prompt(query: str, glossary: dict[str, list[str]] | None = None) -> str:
+    """The prompt of :class:`~ragloop.LLMUnderstander`: rewrite, parts, shape and HyDE at once."""
+    terms = ""
+    if glossary:
+        lines = "\n".join(
+            fence("term", f"{term}: {', '.join(expansions)}")
+            for term, expansions in glossary.items()
+        )
+        terms = f"\nThe user's glossary (a term, then what it stands for):\n{lines}\n"
+    return f"""You prepare a user's question for a search engine over a document collection.
+
+{DATA_RULE} The same holds for <term> tags.
+
+{fence("question", query)}
+{terms}
+Return:
+- rewritten: the question as one clear search query (fix typos, expand abbreviations using the
+  glossary, keep every specific name, number and quoted phrase);
+- sub_queries: one focused query per part when the question asks several things, else [];
+- shape: "keyword" when exact terms matter (names, codes, identifiers, error messages, short
+  keyword lists), "semantic" for a question about meaning or concepts phrased in natural
+  language, "hybrid" when both matter;
+- hyde: two or three sentences of a passage that would answer the question, written as the
+  documents would put it (invented details are fine: only its wording is used).
+
+Reply with JSON only, no markdown:
+{{"rewritten": "...", "sub_queries": [], "shape": "hybrid", "hyde": "..."}}"""

@@ -213,12 +213,24 @@ def _and_subqueries(query: str) -> list[str]:
     return [left.strip(), right.strip()]
 
 
-def decompose(query: str, ev: Evidence) -> list[list[str]]:
-    clauses = [c.strip() for c in _CLAUSE_SPLIT.split(query) if content_terms(c)]
-    split = clauses if len(clauses) > 1 else _entity_subqueries(query) or _and_subqueries(query)
+def split_clauses(query: str) -> list[str]:
+    """The parts of a multi-part question ("?", ";", ", and what ..."); one part if it has one."""
+    return [c.strip() for c in _CLAUSE_SPLIT.split(query) if content_terms(c)]
+
+
+def relation_terms(query: str) -> list[str]:
+    """The question's content terms outside its named entities: what it asks about them (all
+    its content terms when every one is part of an entity)."""
     terms = content_terms(query)
     entity_terms = {t for e in entity_phrases(query) for t in tokenize(e)}
-    relation = [t for t in terms if t not in entity_terms] or terms
+    return [t for t in terms if t not in entity_terms] or terms
+
+
+def decompose(query: str, ev: Evidence) -> list[list[str]]:
+    clauses = split_clauses(query)
+    split = clauses if len(clauses) > 1 else _entity_subqueries(query) or _and_subqueries(query)
+    terms = content_terms(query)
+    relation = relation_terms(query)
     bridges = [" ".join([b, *relation]) for b in ev.bridge_entities(query, limit=2)]
     candidates: list[list[str]] = []
     if split:

@@ -10,6 +10,9 @@ Every exception ragloop raises on purpose derives from :class:`RagloopError`::
     │                        ``AgentLoop.ground`` logs it and leaves ``grounding`` unset
     ├── BudgetExceeded       a budget ran out inside a run; engines catch it and return a
     │                        partial result with its stop reason, so it never leaves run()
+    ├── RetrievalLoopError   a RetrievalLoop caller callback (refine_query, should_continue)
+    │                        raised; ``.iteration`` says after which iteration, the cause is
+    │                        chained
     └── ModelError           a chat model could not produce a reply (also: requests forbidden,
         │                    no API key, server unreachable, a body that is not the wire format)
         ├── ModelHTTPError   the provider answered with an error status; ``.status``, ``.body``
@@ -62,6 +65,15 @@ class BudgetExceeded(RagloopError):
     def __init__(self, reason: StopReason) -> None:
         self.reason = reason
         super().__init__(f"budget exhausted: {reason.value}")
+
+
+class RetrievalLoopError(RagloopError):
+    """A caller callback of a RetrievalLoop run raised. ``iteration`` is the 0-based iteration
+    it was called after; the callback's exception is the ``__cause__``."""
+
+    def __init__(self, message: str, *, iteration: int) -> None:
+        self.iteration = iteration
+        super().__init__(f"{message} (after iteration {iteration})")
 
 
 class ModelError(RagloopError):

@@ -11,6 +11,7 @@ more.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ragloop.core.agent_records import Grounding
@@ -20,7 +21,8 @@ from ragloop.core.rag_records import (
     LoopIteration,
     ReformulationOutput,
 )
-from ragloop.core.records import Chunk, Message, ModelResponse, Tool
+from ragloop.core.records import Chunk, Message, ModelResponse, Tool, Usage
+from ragloop.core.retrieval_records import RefineContext, UnderstoodQuery
 
 
 @runtime_checkable
@@ -78,3 +80,54 @@ class Grounder(Protocol):
     ``question``; implementations ignore the ones they do not use."""
 
     def ground(self, answer: str, chunks: list[Chunk], **opts: Any) -> Grounding: ...
+
+
+# -- the retrieval loop's seams ---------------------------------------------------------------
+
+
+@runtime_checkable
+class QueryUnderstander(Protocol):
+    """Rewrites, decomposes and classifies a query before it is searched."""
+
+    def understand(self, query: str) -> UnderstoodQuery: ...
+
+
+@runtime_checkable
+class Router(Protocol):
+    """Picks a search route for an understood query and searches by it.
+
+    ``query_embedder(route)`` is the embedder whose query vectors the route needs (None when it
+    needs none): the loop embeds through its embedding cache and passes the ``vector`` on.
+    """
+
+    def route(self, query: UnderstoodQuery) -> str: ...
+
+    def query_embedder(self, route: str) -> Embedder | None: ...
+
+    def search(
+        self, query: str, *, route: str, top_k: int, vector: Sequence[float] | None = None
+    ) -> list[Chunk]: ...
+
+
+@runtime_checkable
+class QueryRefiner(Protocol):
+    """Writes the next iteration's queries from what the loop has found; None stops the run."""
+
+    def refine(self, context: RefineContext) -> str | list[str] | None: ...
+
+
+@runtime_checkable
+class EmbeddingCache(Protocol):
+    """Query vectors by embedding model and text. ``lookup`` returns None on a miss."""
+
+    def lookup(self, model_id: str, text: str) -> list[float] | None: ...
+
+    def store(self, model_id: str, text: str, vector: Sequence[float]) -> None: ...
+
+
+@runtime_checkable
+class CostEstimator(Protocol):
+    """The usage a stage (``understand``, ``embed``, ``retrieve``) would cost for its inputs and
+    outputs; the loop charges it when no provider reported usage for that stage."""
+
+    def estimate(self, stage: str, inputs: Sequence[str], outputs: Sequence[str] = ()) -> Usage: ...

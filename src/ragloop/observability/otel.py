@@ -79,6 +79,14 @@ RAGLOOP_BUDGET_DOLLARS = "ragloop.budget.dollars"
 RAGLOOP_BUDGET_WALL_MS = "ragloop.budget.wall_ms"
 RAGLOOP_BUDGET_ITERS = "ragloop.budget.iters"
 RAGLOOP_RESULT_COUNT = "ragloop.retrieval.result_count"
+RAGLOOP_RETRIEVAL_ROUTE = "ragloop.retrieval.route"
+# the retrieval loop's run span (seed 004's rag.agent_loop.* attributes)
+RAGLOOP_MAX_ITERATIONS = "ragloop.max_iterations"
+RAGLOOP_ALLOW_ROUTE_SWITCH = "ragloop.routing.allow_route_switch"
+RAGLOOP_PLAN_REUSE_RATE = "ragloop.routing.plan_reuse_rate"
+RAGLOOP_STICKY_ROUTE_RATE = "ragloop.routing.sticky_route_rate"
+RAGLOOP_CACHE_HITS = "ragloop.cache.embedding.hits"
+RAGLOOP_CACHE_MISSES = "ragloop.cache.embedding.misses"
 
 AttributeValue = str | bool | int | float | Sequence[str] | Sequence[int] | Sequence[float]
 
@@ -202,11 +210,36 @@ def run_outcome(
     }
 
 
+def retrieval_loop_settings(*, max_iterations: int, allow_route_switch: bool) -> dict[str, object]:
+    """The attributes a retrieval-loop run span gets when the run starts."""
+    return {
+        RAGLOOP_MAX_ITERATIONS: max_iterations,
+        RAGLOOP_ALLOW_ROUTE_SWITCH: allow_route_switch,
+    }
+
+
+def retrieval_loop_outcome(
+    *, cache_hits: int, cache_misses: int, plan_reuse_rate: float, sticky_route_rate: float
+) -> dict[str, object]:
+    """What a retrieval-loop run span adds to :func:`run_outcome` when the run ends."""
+    return {
+        RAGLOOP_CACHE_HITS: cache_hits,
+        RAGLOOP_CACHE_MISSES: cache_misses,
+        RAGLOOP_PLAN_REUSE_RATE: plan_reuse_rate,
+        RAGLOOP_STICKY_ROUTE_RATE: sticky_route_rate,
+    }
+
+
 # -- retrieval ----------------------------------------------------------------------------------
 def retrieval_span(
-    query: str, *, top_k: int, run_id: str | None, data_source: str | None = None
+    query: str,
+    *,
+    top_k: int,
+    run_id: str | None,
+    data_source: str | None = None,
+    route: str | None = None,
 ) -> AbstractContextManager[Span]:
-    """The span of one retriever call."""
+    """The span of one retriever call; ``route`` is the search mode a router picked."""
     name = f"retrieval {data_source}" if data_source else "retrieval"
     return _span(
         name,
@@ -215,6 +248,7 @@ def retrieval_span(
             OPENINFERENCE_SPAN_KIND: "RETRIEVER",
             GEN_AI_RETRIEVAL_TOP_K: top_k,
             GEN_AI_DATA_SOURCE_ID: data_source,
+            RAGLOOP_RETRIEVAL_ROUTE: route,
             RAGLOOP_RUN_ID: run_id,
             **_content({GEN_AI_RETRIEVAL_QUERY_TEXT: query}),
         },

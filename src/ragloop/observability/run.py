@@ -122,10 +122,12 @@ class RunTelemetry:
         )
 
     def retrieval(
-        self, query: str, *, top_k: int, data_source: str | None = None
+        self, query: str, *, top_k: int, data_source: str | None = None, route: str | None = None
     ) -> AbstractContextManager[otel.Span]:
         """A child span around one retriever call."""
-        return otel.retrieval_span(query, top_k=top_k, run_id=self.run_id, data_source=data_source)
+        return otel.retrieval_span(
+            query, top_k=top_k, run_id=self.run_id, data_source=data_source, route=route
+        )
 
     def tool(
         self, name: str, call_id: str, arguments: Mapping[str, Any]

@@ -12,8 +12,6 @@ import asyncio
 import hashlib
 import logging
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ from ragloop.core.records import Chunk, chunk_id
 from ragloop.retrieval.chunking import ChunkingConfig, DraftChunk, chunk_document
 from ragloop.retrieval.embedders import EmbedderUnavailable, default_embedder, embed_queries
 from ragloop.retrieval.embedders import get_embedder as load_embedder
+from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, cache_key
 from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
 from ragloop.retrieval.ingest import (
     DEFAULT_ENCODINGS,
@@ -138,8 +137,7 @@ class KnowledgeBase:
         self.fusion_weights = dict(fusion_weights or {"bm25": 1.0, "dense": 1.0})
         self.link_titles = link_titles
         self.embedder, self.dense_off_reason = self._resolve_embedder(embedder)
-        self._query_vectors: OrderedDict[str, list[float]] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._query_vectors = ExactEmbeddingCache(max_entries=2048)
         self._warned_hybrid = False
 
     @classmethod
@@ -376,13 +374,16 @@ class KnowledgeBase:
         collection: str | Sequence[str] | None = None,
         mode: SearchMode = "hybrid",
         filters: dict[str, Any] | None = None,
+        vector: Sequence[float] | None = None,
     ) -> list[Chunk]:
         """The ``top_k`` chunks most relevant to ``query``, best first, scores in [0, 1].
 
         ``collection`` is None (all), a name, or a list of names (``[]`` matches nothing);
         ``filters`` match metadata exactly (a value or a list of values). Hybrid search fuses
         the bm25 and dense rankings with reciprocal rank fusion; each signal's score and rank
-        are kept in ``chunk.metadata["scores"]``.
+        are kept in ``chunk.metadata["scores"]``. ``vector``, a query vector made by this
+        knowledge base's embedder elsewhere (an embedding cache, a HyDE passage), replaces the
+        embedding of ``query`` in dense and hybrid search.
         """
         if mode not in SEARCH_MODES:
             raise ConfigError("mode", f"must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
@@ -396,7 +397,13 @@ class KnowledgeBase:
                 logger.warning("hybrid search runs as bm25 only: %s", self.dense_off_reason)
                 self._warned_hybrid = True
             return self.store.keyword_search(query, top_k, scope)
-        vector = self.query_vector(query)
+        if vector is None:
+            vector = self.query_vector(query)
+        elif self.embedder is None:
+            raise DenseSearchUnavailable(self.dense_off_reason)
+        else:
+            _check_vectors([vector], 1, self.embedder.dimension)
+            vector = list(vector)
         if mode == "dense":
             return self.store.vector_search(vector, top_k, scope)
         depth = max(top_k * 4, 40)
@@ -416,20 +423,16 @@ class KnowledgeBase:
         if self.embedder is None:
             raise DenseSearchUnavailable(self.dense_off_reason)
         model = self.embedder.model_id
-        key = "query:" + content_hash(" ".join(query.lower().split()))
-        with self._cache_lock:
-            if key in self._query_vectors:
-                self._query_vectors.move_to_end(key)
-                return self._query_vectors[key]
+        vector = self._query_vectors.lookup(model, query)
+        if vector is not None:
+            return vector
+        key = "query:" + content_hash(cache_key(query))
         vector = self.store.cached_vectors(model, [key]).get(key)
         if vector is None:
             vector = embed_queries(self.embedder, [query])[0]
             _check_vectors([vector], 1, self.embedder.dimension)
             self.store.cache_vectors(model, {key: vector})
-        with self._cache_lock:
-            self._query_vectors[key] = vector
-            if len(self._query_vectors) > 2048:
-                self._query_vectors.popitem(last=False)
+        self._query_vectors.store(model, query, vector)
         return vector
 
     def retriever(

@@ -1,0 +1,50 @@
+"""The retrieval loop wired with the best offline components (no LLM, no network).
+
+Kept apart from ``ragloop.offline`` (the wiring of RAGLoop and AgentLoop) so the two can be
+merged side by side; :meth:`ragloop.RetrievalLoop.offline` calls :func:`offline_retrieval_loop`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragloop.components.cost import DefaultCostEstimator
+from ragloop.components.refiners import EntityBridgeRefiner
+from ragloop.components.understanding import Glossary, HeuristicUnderstander
+from ragloop.engines.retrieval import RetrievalLoop, RetrievalLoopConfig
+from ragloop.retrieval.embedding_cache import SemanticEmbeddingCache
+from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+from ragloop.retrieval.routing import RetrievalRouter
+
+
+def offline_retrieval_loop(
+    kb: KnowledgeBase | KnowledgeBaseRetriever,
+    *,
+    glossary: Glossary | None = None,
+    **config: Any,
+) -> RetrievalLoop:
+    """A :class:`~ragloop.RetrievalLoop` over ``kb`` for multi-hop questions, offline:
+
+    - :class:`~ragloop.HeuristicUnderstander` (with the ``glossary``, if given);
+    - :class:`~ragloop.RetrievalRouter` over the knowledge base's modes (bm25 only when it has
+      no embedder), sticky unless ``allow_route_switch=True``;
+    - :class:`~ragloop.EntityBridgeRefiner`, which follows the names the passages mention
+      through the knowledge base's link graph (the best offline refiner on HotpotQA, see
+      BENCHMARKS.md);
+    - a :class:`~ragloop.SemanticEmbeddingCache` shared by the loop's runs, and the
+      :class:`~ragloop.DefaultCostEstimator`.
+
+    ``config`` holds :class:`~ragloop.RetrievalLoopConfig` fields (``max_iterations=3``, ...).
+    """
+    retriever = kb.retriever() if isinstance(kb, KnowledgeBase) else kb
+    if not isinstance(retriever, KnowledgeBaseRetriever):
+        raise TypeError(f"kb must be a KnowledgeBase or its retriever, got {type(kb).__name__}")
+    return RetrievalLoop(
+        retriever,
+        config=RetrievalLoopConfig(**config),
+        understander=HeuristicUnderstander(glossary),
+        router=RetrievalRouter(retriever),
+        refiner=EntityBridgeRefiner(),
+        embedding_cache=SemanticEmbeddingCache(),
+        cost_estimator=DefaultCostEstimator(),
+    )
