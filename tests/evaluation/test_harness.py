@@ -7,7 +7,11 @@ import json
 import struct
 from pathlib import Path
 
-from ragloop.evaluation.configurations import CountingRetriever, OneShot, build_knowledge_base
+from ragloop.evaluation.configurations import (
+    OneShot,
+    RetrievalLoopConfiguration,
+    build_knowledge_base,
+)
 from ragloop.evaluation.datasets import EvalDataset, EvalPassage, load_dataset
 from ragloop.evaluation.harness import EvalReport, FunctionConfiguration, Outcome, evaluate
 from ragloop.evaluation.report import kind_table, markdown_table, recall_chart, significance_table
@@ -67,13 +71,17 @@ def test_harness_scores_compares_and_reports(tmp_path):
     assert (width, height) == (840, 540)
 
 
-def test_counting_retriever_counts_every_form_of_search():
+def test_retrieval_calls_are_counted_by_the_knowledge_base():
     dataset = load_dataset(FIXTURES / "ircot.jsonl")
     kb = build_knowledge_base(dataset, embedder=None)
-    counting = CountingRetriever(kb.retriever(mode="bm25"))
-    counting.retrieve("tent")
-    counting.search("tent", limit=2)
-    assert counting.calls == 2
+    assert OneShot(kb, "bm25").run("tent").retrieval_calls == 1
+    assert kb.searches == 1
+    kb.retriever(mode="bm25").search("tent", limit=2)
+    assert kb.searches == 2
+    loop = RetrievalLoopConfiguration(kb, max_iterations=2)
+    outcome = loop.run("Who founded the shop that sells the Ridgeline tent?")
+    assert outcome.retrieval_calls == kb.searches - 2 >= 1
+    assert outcome.ranked
 
 
 def test_titles_can_be_left_out_of_the_index():

@@ -1,23 +1,16 @@
 """Ready-made configurations: a knowledge base built from a dataset's pool, one-shot retrieval
-in each mode, and counting wrappers that measure what a loop spends."""
+in each mode, and the loops over it. Retrieval calls are counted by the knowledge base itself
+(``kb.searches``), which every retriever and router searches through."""
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Sequence
 from typing import Any
 
 from ragloop.core.protocols import Embedder
-from ragloop.core.records import Chunk
 from ragloop.evaluation.datasets import EvalDataset, iter_documents
 from ragloop.evaluation.harness import Outcome, ranked_passages
-from ragloop.retrieval.knowledge_base import (
-    Document,
-    KnowledgeBase,
-    KnowledgeBaseRetriever,
-    SearchMode,
-)
+from ragloop.retrieval.knowledge_base import Document, KnowledgeBase, SearchMode
 
 DEPTH = 20  # passages every configuration returns (the largest k scored)
 
@@ -44,40 +37,6 @@ def build_knowledge_base(
     return kb
 
 
-class CountingRetriever:
-    """A knowledge-base retriever that counts every search made through it (thread-safe)."""
-
-    def __init__(self, inner: KnowledgeBaseRetriever) -> None:
-        self.inner = inner
-        self.kb = inner.kb
-        self.mode = inner.mode
-        self.calls = 0
-        self._lock = threading.Lock()
-
-    def _count(self) -> None:
-        with self._lock:
-            self.calls += 1
-
-    def retrieve(self, query: str, top_k: int = 5) -> list[Chunk]:
-        self._count()
-        return self.inner.retrieve(query, top_k)
-
-    async def aretrieve(self, query: str, top_k: int = 5) -> list[Chunk]:
-        self._count()
-        return await self.inner.aretrieve(query, top_k)
-
-    def search(
-        self,
-        query: str,
-        *,
-        limit: int = 5,
-        collection: str | None = None,
-        collections: Sequence[str] | None = None,
-    ) -> list[Chunk]:
-        self._count()
-        return self.inner.search(query, limit=limit, collection=collection, collections=collections)
-
-
 class OneShot:
     """One retrieval of the question, in one mode: the baseline every loop must beat."""
 
@@ -92,3 +51,25 @@ class OneShot:
         # passages may be split into several chunks: ask for enough to fill DEPTH passages
         chunks = self.kb.search(question, top_k=DEPTH * 2, mode=self.mode)
         return Outcome(ranked=ranked_passages(chunks)[:DEPTH], retrieval_calls=1)
+
+
+class RetrievalLoopConfiguration:
+    """``RetrievalLoop.offline(kb, **config)``: its ranked evidence, cut to the depth scored."""
+
+    baseline = False
+
+    def __init__(self, kb: KnowledgeBase, *, name: str = "RetrievalLoop", **config: Any) -> None:
+        from ragloop.engines.retrieval import RetrievalLoop
+
+        self.kb = kb
+        self.name = name
+        self.loop = RetrievalLoop.offline(kb, **config)
+
+    def run(self, question: str) -> Outcome:
+        before = self.kb.searches
+        result = self.loop.run(question)
+        return Outcome(
+            ranked=ranked_passages(result.chunks)[:DEPTH],
+            retrieval_calls=self.kb.searches - before,
+            iterations=len(result.iterations),
+        )

@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,6 +140,8 @@ class KnowledgeBase:
         self.embedder, self.dense_off_reason = self._resolve_embedder(embedder)
         self._query_vectors = ExactEmbeddingCache(max_entries=2048)
         self._warned_hybrid = False
+        self.searches = 0  # searches served since opened (what a loop spent, for evaluations)
+        self._searches_lock = threading.Lock()
 
     @classmethod
     def in_memory(cls, **options: Any) -> KnowledgeBase:
@@ -392,6 +395,8 @@ class KnowledgeBase:
         if not isinstance(query, str):
             raise TypeError(f"query must be a string, got {type(query).__name__}")
         scope = Scope.of(collection, filters)
+        with self._searches_lock:
+            self.searches += 1
         if mode == "bm25" or (mode == "hybrid" and self.embedder is None):
             if mode == "hybrid" and not self._warned_hybrid:
                 logger.warning("hybrid search runs as bm25 only: %s", self.dense_off_reason)
