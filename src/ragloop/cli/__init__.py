@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ragloop.cli.agent_loop import agent_loop
+from ragloop.cli.eval import eval_command
 from ragloop.cli.ingest import ingest
 from ragloop.cli.kb import kb_group
 from ragloop.cli.search import search
@@ -20,3 +21,4 @@ main.add_command(ingest)
 main.add_command(search)
 main.add_command(kb_group)
 main.add_command(agent_loop)
+main.add_command(eval_command)

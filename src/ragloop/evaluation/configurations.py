@@ -73,3 +73,16 @@ class RetrievalLoopConfiguration:
             retrieval_calls=self.kb.searches - before,
             iterations=len(result.iterations),
         )
+
+
+ENGINES = ("bm25", "dense", "hybrid", "retrieval")
+
+
+def make_configuration(engine: str, kb: KnowledgeBase, **config: Any) -> OneShot | Any:
+    """The configuration an engine name stands for (see :data:`ENGINES`); ``config`` goes to
+    the loops."""
+    if engine in ("bm25", "dense", "hybrid"):
+        return OneShot(kb, engine)  # type: ignore[arg-type]
+    if engine == "retrieval":
+        return RetrievalLoopConfiguration(kb, **config)
+    raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")
