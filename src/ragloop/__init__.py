@@ -76,6 +76,7 @@ from ragloop.retrieval.knowledge_base import (
     KnowledgeBaseRetriever,
 )
 from ragloop.retrieval.store import Store, StoreError
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
 
 try:
     __version__ = _metadata.version("ragloop")
@@ -132,6 +133,8 @@ __all__ = [
     "OpenAICompatibleModel",
     "ParseFailure",
     "Parsed",
+    "PostgresKnowledgeBase",
+    "PostgresStore",
     "RAGLoop",
     "RagloopError",
     "ReformulationOutput",
