@@ -27,7 +27,7 @@ from datasets import hotpot_pool
 
 from ragloop.components.text import count_tokens, split_sentences
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
-from ragloop.retrieval.postgres_server import TemporaryPostgres, ensure_os_user
+from ragloop.retrieval.postgres_server import TemporaryPostgres
 from ragloop.retrieval.store_postgres import _BM25, PostgresKnowledgeBase, PostgresStore
 from ragloop.retrieval.store_sqlite import fts_query
 from ragloop.testing import HashEmbedder
@@ -164,7 +164,6 @@ def run() -> str:
     collections, questions = corpus(N_CHUNKS)
     queries = questions[:QUERIES]
     embedder = TimedEmbedder()
-    ensure_os_user()
     lines = [
         "## PostgreSQL + pgvector store against the embedded SQLite store",
         "",

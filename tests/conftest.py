@@ -15,11 +15,7 @@ import sys
 import pytest
 
 from ragloop import providers
-from ragloop.retrieval.postgres_server import (
-    PostgresServerError,
-    TemporaryPostgres,
-    ensure_os_user,
-)
+from ragloop.retrieval.postgres_server import PostgresServerError, TemporaryPostgres
 
 providers.ALLOW_MODEL_REQUESTS = False
 
@@ -30,7 +26,6 @@ FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes"
 @pytest.fixture(scope="session")
 def postgres_server():
     try:
-        ensure_os_user("postgres")
         server = TemporaryPostgres(settings=FAST_SETTINGS).start()
     except (PostgresServerError, OSError, subprocess.CalledProcessError) as error:
         if os.environ.get("CI"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ import pytest
 
 from ragloop.retrieval.conformance import write_corpus
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBaseNotFound
+from ragloop.retrieval.postgres_server import TemporaryPostgres, embedded_bin_dir
 from ragloop.retrieval.store import Scope, StoreError
 from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
 from ragloop.testing import HashEmbedder
@@ -243,3 +245,16 @@ def test_ragloop_imports_without_the_postgres_extra_and_says_what_to_install():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "pip install 'ragloop[postgres]'" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_binaries_the_server_user_cannot_reach_are_copied_for_it(tmp_path):
+    hidden = tmp_path / "site-packages"  # like a virtual environment under /root (mode 700)
+    package = embedded_bin_dir().parent.parent
+    for folder in (package, package.parent / f"{package.name}.libs"):
+        shutil.copytree(folder, hidden / folder.name, symlinks=True)
+    hidden.chmod(0o700)
+    with TemporaryPostgres(bin_dir=hidden / package.name / "pginstall" / "bin") as server:
+        assert server.bin_dir.is_relative_to(server.root)
+        with psycopg.connect(server.dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)

@@ -166,11 +166,15 @@ def set_search_path(conn: psycopg.Connection[Any], schema: str, *, local: bool) 
     )
 
 
+def pgvector_version(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
+    """pgvector's version in this database, () when it is not enabled."""
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    return () if row is None else tuple(int(p) for p in str(row[0]).split(".")[:2] if p.isdigit())
+
+
 def ensure_pgvector(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
     """Enable pgvector when it is not (it needs the right to); returns its version."""
-    query = "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
-    row = conn.execute(query).fetchone()
-    if row is None:
+    if not pgvector_version(conn):
         try:
             with conn.transaction():
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -180,11 +184,11 @@ def ensure_pgvector(conn: psycopg.Connection[Any]) -> tuple[int, ...]:
                 f"({error.diag.message_primary or error}); a superuser can run: "
                 "CREATE EXTENSION vector"
             ) from None
-        row = conn.execute(query).fetchone()
-    assert row is not None
-    version = tuple(int(part) for part in str(row[0]).split(".")[:2] if part.isdigit())
+    version = pgvector_version(conn)
     if version < (0, 5):
-        raise StoreError(f"pgvector {row[0]} has no HNSW index; ragloop needs 0.5 or later")
+        raise StoreError(
+            f"pgvector {'.'.join(map(str, version))} has no HNSW index; ragloop needs 0.5+"
+        )
     return version
 
 

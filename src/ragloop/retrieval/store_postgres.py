@@ -42,8 +42,10 @@ from ragloop.retrieval.postgres_schema import (
     INSERT_CHUNK,
     INSERT_POSTINGS,
     MIGRATION_LOCK,
+    MIGRATIONS,
     TEXT_CONFIG,
     migrate,
+    pgvector_version,
     set_search_path,
 )
 from ragloop.retrieval.store import (
@@ -139,17 +141,23 @@ class PostgresStore:
         conn.commit()
 
     def _migrate(self, create: bool) -> bool:
-        """Create or upgrade the schema; returns whether pgvector has iterative index scans."""
+        """Create or upgrade the schema (only reads when it is up to date, so a read-only
+        replica opens too); returns whether pgvector has iterative index scans."""
         with self._connect() as conn:
-            exists = conn.execute(
-                "SELECT to_regclass(quote_ident(%s) || '._ragloop_migrations') IS NOT NULL",
+            row = conn.execute(
+                "SELECT to_regclass(quote_ident(%s) || '._ragloop_migrations')::text",
                 (self.schema,),
             ).fetchone()
-            if not (exists and exists[0]) and not create:
+            applied = None
+            if row is not None and row[0] is not None:
+                applied = conn.execute(f"SELECT max(version) FROM {row[0]}").fetchone()
+            elif not create:
                 raise KnowledgeBaseNotFound(
                     f"no ragloop knowledge base in {self.location}; create one with: "
                     "ragloop ingest PATH --kb DSN"
                 )
+            if applied is not None and applied[0] == MIGRATIONS[-1][0]:
+                return pgvector_version(conn) >= (0, 8)
             return migrate(conn, self.schema) >= (0, 8)
 
     def _write(self, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
