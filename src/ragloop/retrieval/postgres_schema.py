@@ -59,7 +59,6 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         CREATE INDEX chunks_document ON chunks (document_id);
         CREATE INDEX chunks_collection ON chunks (collection);
-        CREATE INDEX chunks_text_hash ON chunks (text_hash);
         CREATE INDEX chunks_tsv ON chunks USING gin (tsv);
         CREATE TABLE postings (
             lexeme text NOT NULL,
