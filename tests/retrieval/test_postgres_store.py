@@ -262,10 +262,9 @@ def test_binaries_the_server_user_cannot_reach_are_copied_for_it(tmp_path):
 
 def test_vectors_too_wide_for_an_index_are_searched_exactly(dsn, postgres_schema):
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(2048))
-    kb.add_documents(docs("wide", 3) + [Document(text="Glacier lake walk.", source="lake")])
+    kb.add_documents([*docs("wide", 3), Document(text="Glacier lake walk.", source="lake")])
     assert kb.search("glacier lake", mode="dense", top_k=1)[0].source == "lake"
-    indexes = sql(
-        dsn, postgres_schema, "SELECT indexname FROM pg_indexes WHERE tablename = 'chunks'"
-    )
+    query = "SELECT indexname FROM pg_indexes WHERE schemaname = %s"
+    indexes = sql(dsn, postgres_schema, query, (postgres_schema,))
     assert "chunks_embedding" not in {row[0] for row in indexes}
     kb.close()
