@@ -107,6 +107,7 @@ class PostgresStore:
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construction = hnsw_ef_construction
         self.ef_search = ef_search
+        self._model: tuple[str, int] | None = None
         params = conninfo_to_dict(dsn)
         params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
         params.setdefault("application_name", "ragloop")
@@ -341,20 +342,18 @@ class PostgresStore:
         query = [float(x) for x in vector]
         where, scope_params = self._scope_sql(scope)
         with self._pool.connection() as conn:
-            model = _model(conn)
+            model = self._recorded_model(conn)
             if model is None or model[1] == 0:
                 return []
             if len(query) != model[1] or not any(query):
                 raise StoreError(
-                    f"query vector has {len(query)} dimensions; the index holds {model[1]}-d "
-                    "vectors"
+                    f"the query vector must be a non-zero {model[1]}-d vector, not {len(query)}-d"
                 )
-            conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true)",
-                (str(max(self.ef_search, top_k)),),
-            )
-            if self._iterative_scan:
-                conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            settings = ["hnsw.ef_search", str(max(self.ef_search, top_k))]
+            if self._iterative_scan:  # pgvector 0.8: walk on until top_k chunks pass the scope
+                settings += ["hnsw.iterative_scan", "relaxed_order"]
+            calls = ", ".join(["set_config(%s, %s, true)"] * (len(settings) // 2))
+            conn.execute(f"SELECT {calls}", settings)
             rows = conn.execute(
                 f"SELECT c.embedding <=> %b::vector AS distance, {CHUNK_COLUMNS} "
                 f"{FROM_CHUNKS} WHERE c.embedding IS NOT NULL AND {where} "
@@ -373,7 +372,13 @@ class PostgresStore:
     # -- embeddings ------------------------------------------------------------------------------
     def embedding_model(self) -> tuple[str, int] | None:
         with self._pool.connection() as conn:
-            return _model(conn)
+            return self._recorded_model(conn)
+
+    def _recorded_model(self, conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[str, int] | None:
+        """The recorded model, remembered once recorded (it never changes after that)."""
+        if self._model is None:
+            self._model = _model(conn)
+        return self._model
 
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         """Record the model (once; another one is refused) and build the HNSW index for it."""
