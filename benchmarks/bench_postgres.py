@@ -27,8 +27,9 @@ from datasets import hotpot_pool
 
 from ragloop.components.text import count_tokens, split_sentences
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
+from ragloop.retrieval.postgres_schema import BM25_QUERY
 from ragloop.retrieval.postgres_server import TemporaryPostgres
-from ragloop.retrieval.store_postgres import _BM25, PostgresKnowledgeBase, PostgresStore
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
 from ragloop.retrieval.store_sqlite import fts_query
 from ragloop.testing import HashEmbedder
 
@@ -129,7 +130,7 @@ def sql_hybrid(kb: KnowledgeBase, store: PostgresStore, query: str) -> list[str]
     compare with the knowledge base's fusion in Python over two store queries."""
     terms = fts_query(query)[1] or ["none"]
     depth = max(TOP_K * 4, 40)
-    keyword = _BM25.format(scope="true")
+    keyword = BM25_QUERY.format(scope="true")
     statement = f"""
         WITH kw AS (SELECT pk, row_number() OVER (ORDER BY raw DESC, pk) AS r
                     FROM ({keyword}) AS k (raw, ceiling, pk)),
@@ -237,6 +238,10 @@ def run() -> str:
             f"- Rebuilding the HNSW index over {N_CHUNKS:,} vectors (REINDEX): {reindex:.0f} s. "
             f"Size on disk: PostgreSQL {size / 1e6:,.0f} MB (tables, indexes, embedding "
             f"cache), SQLite {lite_size / 1e6:,.0f} MB.",
+            "",
+            "Both stores run in the same process, one after the other, so absolute figures move "
+            "with the machine's load more than the ratios do. `HashEmbedder` vectors have no "
+            "cluster structure, the hard case for HNSW recall; real embeddings cluster.",
         ]
         sqlite_kb.close()
         pg_kb.close()
