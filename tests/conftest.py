@@ -39,11 +39,7 @@ def postgres_server():
     server.stop()
 
 
-def schema_for(node: str) -> str:
-    """A schema name of its own for a test (repeatable within the test)."""
-    return "t_" + hashlib.sha1(node.encode()).hexdigest()[:16]
-
-
 @pytest.fixture
 def postgres_schema(request) -> str:
-    return schema_for(request.node.nodeid)
+    """A schema name of the test's own, for the knowledge bases it opens."""
+    return "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]

@@ -7,7 +7,6 @@ import pytest
 from ragloop.retrieval.conformance import KnowledgeBaseConformance
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
-from tests.conftest import schema_for
 
 
 class TestSQLiteStore(KnowledgeBaseConformance):
@@ -22,9 +21,8 @@ class TestInMemoryStore(KnowledgeBaseConformance):
 
 class TestPostgresStore(KnowledgeBaseConformance):
     @pytest.fixture(autouse=True)
-    def _server(self, postgres_server):
-        self.server = postgres_server
+    def _database(self, postgres_server, postgres_schema):
+        self.dsn, self.schema = postgres_server.dsn, postgres_schema
 
-    def make_kb(self, tmp_path, embedder):
-        schema = schema_for(str(tmp_path))
-        return PostgresKnowledgeBase(self.server.dsn, schema=schema, embedder=embedder)
+    def make_kb(self, tmp_path, embedder):  # a schema of its own for each test
+        return PostgresKnowledgeBase(self.dsn, schema=self.schema, embedder=embedder)

@@ -189,6 +189,6 @@ class TemporaryPostgres:
             if self.root is not None and (self.root / "server.log").exists():
                 log = (self.root / "server.log").read_text(errors="replace")[-2000:]
             raise PostgresServerError(
-                f"{program} {' '.join(args[:1])} failed ({done.returncode}): "
+                f"{program} failed ({done.returncode}): "
                 f"{done.stderr.strip() or done.stdout.strip()}\n{log}".strip()
             )

@@ -26,6 +26,7 @@ one per thread at a time, checked before use so a restarted server is reconnecte
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -516,7 +517,7 @@ class PostgresStore:
                 "WHERE n.nspname = %s AND c.relkind = 'r')",
                 (self.schema,),
             ).fetchone()
-            model = _model(conn)
+            model = self._recorded_model(conn)
         assert counts is not None
         return StoreStats(
             documents=sum(c.documents for c in collections),
@@ -539,21 +540,10 @@ class PostgresKnowledgeBase(KnowledgeBase):
     ``chunking``, ``rrf_k``, ...).
     """
 
-    _STORE_OPTIONS = frozenset(
-        {
-            "schema",
-            "create",
-            "pool_min_size",
-            "pool_max_size",
-            "connect_timeout_s",
-            "hnsw_m",
-            "hnsw_ef_construction",
-            "ef_search",
-        }
-    )
+    STORE_OPTIONS = frozenset(inspect.signature(PostgresStore).parameters) - {"dsn"}
 
     def __init__(self, dsn: str, **options: Any) -> None:
-        store_options = {k: options.pop(k) for k in list(options) if k in self._STORE_OPTIONS}
+        store_options = {k: options.pop(k) for k in list(options) if k in self.STORE_OPTIONS}
         store = PostgresStore(dsn, **store_options)
         try:
             super().__init__(store=store, **options)
@@ -562,9 +552,9 @@ class PostgresKnowledgeBase(KnowledgeBase):
             raise
 
 
-def is_postgres_dsn(location: str | object) -> bool:
+def is_postgres_dsn(location: str) -> bool:
     """Whether a ``--kb`` value names a PostgreSQL database rather than a file."""
-    return str(location).startswith(("postgresql://", "postgres://"))
+    return location.startswith(("postgresql://", "postgres://"))
 
 
 # -- helpers ---------------------------------------------------------------------------------------
