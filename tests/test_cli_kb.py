@@ -100,7 +100,7 @@ def test_the_default_knowledge_base_lives_in_the_user_data_folder(tmp_path):
         [
             sys.executable,
             "-c",
-            "from ragloop.cli.common import default_kb_path; print(default_kb_path())",
+            "from ragloop.cli.common import default_kb_location; print(default_kb_location())",
         ],
         capture_output=True,
         text=True,

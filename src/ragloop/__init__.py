@@ -101,6 +101,7 @@ from ragloop.retrieval.knowledge_base import (
 )
 from ragloop.retrieval.routing import RetrievalRouter
 from ragloop.retrieval.store import Store, StoreError
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
 
 try:
     __version__ = _metadata.version("ragloop")
@@ -166,6 +167,8 @@ __all__ = [
     "OpenAICompatibleModel",
     "ParseFailure",
     "Parsed",
+    "PostgresKnowledgeBase",
+    "PostgresStore",
     "PseudoRelevanceRefiner",
     "QueryRefiner",
     "QueryShape",

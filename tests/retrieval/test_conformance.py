@@ -1,9 +1,12 @@
-"""The store conformance suite, run against the SQLite store and the in-memory store."""
+"""The store conformance suite, run against the SQLite, in-memory and PostgreSQL stores."""
 
 from __future__ import annotations
 
+import pytest
+
 from ragloop.retrieval.conformance import KnowledgeBaseConformance
 from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
 
 
 class TestSQLiteStore(KnowledgeBaseConformance):
@@ -14,3 +17,12 @@ class TestSQLiteStore(KnowledgeBaseConformance):
 class TestInMemoryStore(KnowledgeBaseConformance):
     def make_kb(self, tmp_path, embedder):
         return KnowledgeBase.in_memory(embedder=embedder)
+
+
+class TestPostgresStore(KnowledgeBaseConformance):
+    @pytest.fixture(autouse=True)
+    def _database(self, postgres_server, postgres_schema):
+        self.dsn, self.schema = postgres_server.dsn, postgres_schema
+
+    def make_kb(self, tmp_path, embedder):  # a schema of its own for each test
+        return PostgresKnowledgeBase(self.dsn, schema=self.schema, embedder=embedder)

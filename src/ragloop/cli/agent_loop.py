@@ -8,7 +8,6 @@ one line per iteration.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -74,7 +73,7 @@ def render(result: RetrievalResult) -> str:
 @click.option("--log-json", is_flag=True, help="Log the loop's events to stderr as JSON lines.")
 def agent_loop(
     query: str,
-    kb_path: Path | None,
+    kb_location: str | None,
     max_iter: int,
     sub_queries: tuple[str, ...],
     min_new_chunks: int,
@@ -84,7 +83,7 @@ def agent_loop(
     """Gather evidence for QUERY with the retrieval loop (offline, no LLM)."""
     if log_json:
         install_json_logging(sys.stderr)
-    kb = open_kb(kb_path, create=False)
+    kb = open_kb(kb_location, create=False)
     try:
         loop = RetrievalLoop.offline(
             kb, max_iterations=max_iter, min_new_chunks_per_iter=min_new_chunks

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from ragloop.core.errors import RagloopError
 from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, is_postgres_dsn
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -21,29 +22,36 @@ console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
 
-def default_kb_path() -> Path:
-    """$RAGLOOP_KB, else kb.sqlite in the user's data folder."""
+def default_kb_location() -> str:
+    """$RAGLOOP_KB (a file or a postgresql:// URL), else kb.sqlite in the user's data folder."""
     env = os.environ.get("RAGLOOP_KB")
     if env:
-        return Path(env).expanduser()
-    return Path(platformdirs.user_data_dir("ragloop")) / "kb.sqlite"
+        return env
+    return str(Path(platformdirs.user_data_dir("ragloop")) / "kb.sqlite")
 
 
 def kb_option(function: F) -> F:
     return click.option(
         "--kb",
-        "kb_path",
-        type=click.Path(path_type=Path, dir_okay=False),
+        "kb_location",
         default=None,
-        help="Knowledge base file (default: $RAGLOOP_KB, else kb.sqlite in the user data folder).",
+        metavar="FILE|URL",
+        help="Knowledge base: a file, or a PostgreSQL URL postgresql://user@host/db "
+        "(default: $RAGLOOP_KB, else kb.sqlite in the user data folder).",
     )(function)
 
 
-def open_kb(path: Path | None, *, create: bool, embedder: str | None = "default") -> KnowledgeBase:
-    """Open the knowledge base, turning ragloop errors into clean CLI errors. Read commands
-    pass ``create=False``: a missing knowledge base is an error, never silently created."""
+def open_kb(
+    location: str | None, *, create: bool, embedder: str | None = "default"
+) -> KnowledgeBase:
+    """Open the knowledge base (a file, or PostgreSQL for a postgresql:// or postgres:// URL),
+    turning ragloop errors into clean CLI errors. Read commands pass ``create=False``: a
+    missing knowledge base is an error, never silently created."""
+    location = location or default_kb_location()
     try:
-        return KnowledgeBase(path or default_kb_path(), create=create, embedder=embedder)
+        if is_postgres_dsn(location):
+            return PostgresKnowledgeBase(location, create=create, embedder=embedder)
+        return KnowledgeBase(Path(location).expanduser(), create=create, embedder=embedder)
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
 

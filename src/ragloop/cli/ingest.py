@@ -28,7 +28,7 @@ from ragloop.retrieval.ingest import IngestReport
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def ingest(
     paths: tuple[Path, ...],
-    kb_path: Path | None,
+    kb_location: str | None,
     collection: str,
     sync: bool,
     embedder: str,
@@ -41,7 +41,7 @@ def ingest(
         raise click.BadParameter(
             ", ".join(str(p) for p in missing), param_hint="PATHS (no such file or directory)"
         )
-    kb = open_kb(kb_path, create=True, embedder=None if embedder == "none" else embedder)
+    kb = open_kb(kb_location, create=True, embedder=None if embedder == "none" else embedder)
     try:
         if kb.embedder is None and not quiet and not as_json:
             errors.print(f"[yellow]note:[/] keyword search only ({kb.dense_off_reason})")
@@ -67,6 +67,7 @@ def ingest(
             report = kb.ingest(
                 list(paths), collection=collection, on_progress=on_progress, sync=sync
             )
+        where = str(kb.path) if kb.path is not None else kb.stats().path
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
     finally:
@@ -74,11 +75,11 @@ def ingest(
     if as_json:
         print_json(report.model_dump())
     else:
-        show_report(report, kb.path)
+        show_report(report, where)
 
 
-def show_report(report: IngestReport, kb_path: Path | None) -> None:
-    table = Table(title=f"ingested into {kb_path}", title_justify="left")
+def show_report(report: IngestReport, where: str | None) -> None:
+    table = Table(title=f"ingested into {where}", title_justify="left")
     for column in ("added", "updated", "unchanged", "removed", "skipped", "chunks added"):
         table.add_column(column, justify="right")
     table.add_row(

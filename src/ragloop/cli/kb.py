@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from rich.table import Table
 
@@ -18,9 +16,9 @@ def kb_group() -> None:
 @kb_group.command()
 @kb_option
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
-def stats(kb_path: Path | None, as_json: bool) -> None:
+def stats(kb_location: str | None, as_json: bool) -> None:
     """Documents, chunks, vectors, links and collections."""
-    kb = open_kb(kb_path, create=False)
+    kb = open_kb(kb_location, create=False)
     try:
         info = kb.stats()
     finally:
@@ -57,9 +55,9 @@ def stats(kb_path: Path | None, as_json: bool) -> None:
 @click.argument("source")
 @kb_option
 @click.option("--collection", default=None, help="Only from this collection.")
-def delete(source: str, kb_path: Path | None, collection: str | None) -> None:
+def delete(source: str, kb_location: str | None, collection: str | None) -> None:
     """Remove a document (by its path) from the knowledge base."""
-    kb = open_kb(kb_path, create=False)
+    kb = open_kb(kb_location, create=False)
     try:
         removed = kb.delete(source, collection=collection)
     finally:

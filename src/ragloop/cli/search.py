@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 from rich.table import Table
 
@@ -21,14 +19,14 @@ from ragloop.retrieval.knowledge_base import SEARCH_MODES
 @click.option("--json", "as_json", is_flag=True, help="Print the chunks as JSON.")
 def search(
     query: str,
-    kb_path: Path | None,
+    kb_location: str | None,
     mode: str,
     top_k: int,
     collection: tuple[str, ...],
     as_json: bool,
 ) -> None:
     """Search the knowledge base."""
-    kb = open_kb(kb_path, create=False)
+    kb = open_kb(kb_location, create=False)
     try:
         if mode != "bm25" and kb.embedder is None and not as_json:
             errors.print(f"[yellow]note:[/] keyword search only ({kb.dense_off_reason})")

@@ -1,0 +1,270 @@
+"""The PostgreSQL store beyond the conformance suite, on a real server (``postgres_server``):
+concurrent writers, scopes in the SQL, migrations, reconnection, the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+import psycopg
+import pytest
+
+from ragloop.retrieval.conformance import write_corpus
+from ragloop.retrieval.knowledge_base import Document, KnowledgeBaseNotFound
+from ragloop.retrieval.postgres_server import TemporaryPostgres, embedded_bin_dir
+from ragloop.retrieval.store import Scope, StoreError
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
+from ragloop.testing import HashEmbedder
+
+
+@pytest.fixture
+def dsn(postgres_server):
+    return postgres_server.dsn
+
+
+def sql(dsn, schema, query, params=()):
+    with psycopg.connect(dsn, options=f"-c search_path={schema},public") as conn:
+        return conn.execute(query, params).fetchall()
+
+
+def counters_match_the_chunks(dsn, schema):
+    counted = sql(dsn, schema, "SELECT sum(chunks), sum(terms) FROM corpus_counters")[0]
+    actual = sql(dsn, schema, "SELECT count(*), sum(n_terms) FROM chunks")[0]
+    postings = sql(dsn, schema, "SELECT count(*) FROM postings")[0][0]
+    lexemes = sql(dsn, schema, "SELECT coalesce(sum(length(tsv)), 0) FROM chunks")[0][0]
+    return counted == actual and postings == lexemes
+
+
+def docs(prefix, n, words="alpine tent"):
+    return [
+        Document(text=f"{prefix} {i}: a {words} note number {i}.", source=f"{prefix}-{i}")
+        for i in range(n)
+    ]
+
+
+def test_concurrent_writers_on_two_connections(dsn, postgres_schema):
+    first = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(64))
+    second = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(64))
+    errors: list[BaseException] = []
+
+    def write(kb, prefix):
+        try:
+            kb.add_documents(docs(prefix, 40))
+            for _ in range(5):  # both replace the same documents, changed, again and again
+                kb.add_documents(docs("shared", 5, words=f"{prefix} {_}"))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=write, args=(first, "a")),
+        threading.Thread(target=write, args=(second, "b")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    stats = first.stats()
+    assert (stats.documents, stats.chunks) == (85, 85)
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    assert len(first.search("alpine tent", mode="bm25", top_k=100)) == 80
+    assert {c.source for c in second.search("shared note", mode="hybrid", top_k=50)} >= {
+        f"shared-{i}" for i in range(5)
+    }
+    first.close()
+    second.close()
+
+
+def test_a_collection_scope_is_applied_in_the_sql_before_the_limit(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(64))
+    kb.add_documents(docs("big", 400), collection="big")
+    kb.add_documents(docs("small", 3, words="alpine tent tent"), collection="small")
+    for mode in ("bm25", "dense", "hybrid"):
+        hits = kb.search("alpine tent note", mode=mode, top_k=3, collection="small")
+        assert [c.metadata["collection"] for c in hits] == ["small"] * 3, mode
+    hits = kb.search("alpine tent", mode="bm25", top_k=3, filters={"source": "big-7"})
+    assert [c.source for c in hits] == ["big-7"]
+    store = kb.store
+    assert isinstance(store, PostgresStore)
+    query = "EXPLAIN SELECT pk FROM chunks {} ORDER BY embedding <=> %s::vector LIMIT 3"
+    with store._pool.connection() as conn:  # the plans: the filter in SQL, HNSW for the order
+        conn.execute("SET LOCAL enable_seqscan = off")
+        scoped, unscoped = (
+            "\n".join(row[0] for row in conn.execute(query.format(where), params))
+            for where, params in (
+                ("WHERE collection = ANY (%s)", (["small"], [1.0] * 64)),
+                ("", ([1.0] * 64,)),
+            )
+        )
+    assert "collection = ANY ('{small}'::text[])" in scoped
+    assert "Index Scan using chunks_embedding" in unscoped
+    kb.close()
+
+
+def test_migrations_run_once_even_when_two_processes_open_a_new_schema(dsn, postgres_schema):
+    errors: list[BaseException] = []
+    stores: list[PostgresStore] = []
+
+    def open_store():
+        try:
+            stores.append(PostgresStore(dsn, schema=postgres_schema))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_store) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for store in stores:
+        store.close()
+    PostgresStore(dsn, schema=postgres_schema).close()  # re-run: nothing to do
+    assert sql(dsn, postgres_schema, "SELECT version FROM _ragloop_migrations") == [(1,)]
+
+
+def test_read_commands_never_create_a_missing_schema(dsn, postgres_schema):
+    with pytest.raises(KnowledgeBaseNotFound, match="ragloop ingest"):
+        PostgresKnowledgeBase(dsn, schema=postgres_schema, create=False)
+    exists = sql(
+        dsn, "public", "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (postgres_schema,)
+    )
+    assert exists == [(0,)]
+
+
+def test_an_unreachable_server_is_a_clear_error(postgres_server):
+    dsn = f"postgresql://postgres:secret@127.0.0.1:{postgres_server.port + 1}/postgres"
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL at") as caught:
+        PostgresStore(dsn, connect_timeout_s=2)
+    assert "secret" not in str(caught.value)
+
+
+def test_the_pool_reconnects_after_the_server_restarts(postgres_server, postgres_schema):
+    kb = PostgresKnowledgeBase(postgres_server.dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("r", 3))
+    assert kb.search("alpine tent", mode="bm25")
+    postgres_server.restart()
+    assert len(kb.search("alpine tent", mode="bm25")) == 3
+    kb.add_documents(docs("after", 2))
+    assert kb.stats().documents == 5
+    kb.close()
+
+
+def test_deletes_and_replacements_keep_postings_and_counters_exact(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("d", 6))
+    kb.add_documents([Document(text="Rewritten: glacier lake.", source="d-2")])
+    assert kb.delete("d-4") == 1
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    hit = kb.search("glacier", mode="bm25")[0]
+    assert hit.source == "d-2"
+    assert 0.0 < hit.score <= 1.0
+    kb.close()
+
+
+def test_nul_characters_are_dropped_not_fatal(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    report = kb.add_documents(
+        [Document(text="Nul\x00 inside the ridge text.", source="nul", metadata={"k": "a\x00b"})]
+    )
+    assert report.added == 1
+    hit = kb.search("ridge", mode="bm25")[0]
+    assert (hit.content, hit.metadata["k"]) == ("Nul inside the ridge text.", "ab")
+    kb.close()
+
+
+def test_query_vectors_are_cached_in_the_database(dsn, postgres_schema):
+    embedder = HashEmbedder(32)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=embedder)
+    kb.add_documents(docs("q", 2))
+    kb.search("where is the tent", mode="dense")
+    kb.close()
+    store = PostgresStore(dsn, schema=postgres_schema)
+    assert store.stats().vectors == 3  # two chunks and the query
+    for wrong in ([1.0] * 8, [0.0] * 32):
+        with pytest.raises(StoreError, match="query vector"):
+            store.vector_search(wrong, 1, Scope())
+    store.close()
+
+
+async def test_async_search_through_the_retriever(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(32))
+    kb.add_documents(docs("async", 4))
+    hits = await kb.retriever(mode="hybrid").aretrieve("alpine tent", top_k=2)
+    assert len(hits) == 2
+    kb.close()
+
+
+def ragloop(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "ragloop", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=120,
+    )
+
+
+def test_the_command_line_takes_a_postgresql_url(postgres_server, tmp_path):
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS cli")
+        conn.execute("CREATE DATABASE cli")
+    url = postgres_server.dsn_for("cli")
+    corpus = write_corpus(tmp_path / "docs")
+    missing = ragloop("search", "tent", "--kb", postgres_server.dsn_for("nodb"))
+    assert missing.returncode == 1
+    assert 'database "nodb" does not exist' in missing.stderr
+    empty = ragloop("kb", "stats", "--kb", url)
+    assert empty.returncode == 1
+    assert "no ragloop knowledge base in postgresql://" in empty.stderr
+    ingest = ragloop("ingest", str(corpus), "--kb", url, "--embedder", "hash", "--json")
+    assert ingest.returncode == 0, ingest.stderr
+    assert json.loads(ingest.stdout)["added"] == 4
+    found = ragloop("search", "tent weight", "--kb", url, "--json", "--top-k", "1")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)[0]["source"].endswith("tents.md")
+    stats = ragloop("kb", "stats", "--kb", url.replace("postgresql://", "postgres://"))
+    assert stats.returncode == 0, stats.stderr
+    assert "postgresql://postgres@127.0.0.1" in stats.stdout
+    assert "chunks" in stats.stdout
+
+
+def test_ragloop_imports_without_the_postgres_extra_and_says_what_to_install():
+    code = (
+        "import sys; sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None\n"
+        "import ragloop\n"
+        "try:\n"
+        "    ragloop.PostgresKnowledgeBase('postgresql://localhost/x')\n"
+        "except ragloop.StoreError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'ragloop[postgres]'" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_binaries_the_server_user_cannot_reach_are_copied_for_it(tmp_path):
+    hidden = tmp_path / "site-packages"  # like a virtual environment under /root (mode 700)
+    package = embedded_bin_dir().parent.parent
+    for folder in (package, package.parent / f"{package.name}.libs"):
+        shutil.copytree(folder, hidden / folder.name, symlinks=True)
+    hidden.chmod(0o700)
+    with TemporaryPostgres(bin_dir=hidden / package.name / "pginstall" / "bin") as server:
+        assert server.bin_dir.is_relative_to(server.root)
+        with psycopg.connect(server.dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_vectors_too_wide_for_an_index_are_searched_exactly(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(2048))
+    kb.add_documents([*docs("wide", 3), Document(text="Glacier lake walk.", source="lake")])
+    assert kb.search("glacier lake", mode="dense", top_k=1)[0].source == "lake"
+    query = "SELECT indexname FROM pg_indexes WHERE schemaname = %s"
+    indexes = sql(dsn, postgres_schema, query, (postgres_schema,))
+    assert "chunks_embedding" not in {row[0] for row in indexes}
+    kb.close()
