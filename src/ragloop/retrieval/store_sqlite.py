@@ -11,11 +11,10 @@ and reloaded only when a write (by this process or another) bumps the ``generati
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,10 +24,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ragloop.components.text import STOPWORDS, tokenize
+from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
+from ragloop.retrieval.bm25 import BM25Index, analyze, pack, term_frequencies, unpack
 from ragloop.retrieval.store import (
-    BM25_K1,
     ChunkRecord,
     CollectionInfo,
     DocumentRecord,
@@ -36,6 +35,7 @@ from ragloop.retrieval.store import (
     Scope,
     StoreError,
     StoreStats,
+    index_text,
 )
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -84,6 +84,15 @@ MIGRATIONS: list[tuple[int, str]] = [
         INSERT INTO meta (key, value) VALUES ('generation', '0');
         """,
     ),
+    (
+        2,
+        # keyword search moved from FTS5's bm25() to an in-memory index over each chunk's term
+        # frequencies (see ragloop.retrieval.bm25); FTS5 stays for phrase lookups
+        """
+        ALTER TABLE chunks ADD COLUMN terms BLOB;
+        CREATE TABLE vocabulary (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
+        """,
+    ),
 ]
 
 # Columns that filters may name directly; any other key is looked up in the chunk's metadata,
@@ -103,25 +112,20 @@ _SELECT_CHUNKS = f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.i
 
 
 @dataclass
+class _KeywordIndex:
+    generation: int
+    pks: npt.NDArray[np.int64]
+    collections: npt.NDArray[np.str_]
+    bm25: BM25Index
+
+
+@dataclass
 class _DenseIndex:
     generation: int
     model_id: str
     pks: npt.NDArray[np.int64]
     collections: npt.NDArray[np.str_]
     matrix: npt.NDArray[np.float32]
-
-
-def fts_query(query: str) -> tuple[str, list[str]]:
-    """An FTS5 MATCH expression that ORs the query's non-stopword terms, each quoted, so no
-    FTS syntax in the user's text is ever interpreted. Returns ('', []) when nothing is left."""
-    terms = list(dict.fromkeys(t for t in tokenize(query) if t not in STOPWORDS))
-    return " OR ".join(f'"{t.replace(chr(34), chr(34) * 2)}"' for t in terms), terms
-
-
-def bm25_idf(n_docs: int, n_with_term: int) -> float:
-    """FTS5's idf: log((N - n + 0.5) / (n + 0.5)), floored at 1e-6 as FTS5 does."""
-    value = math.log((n_docs - n_with_term + 0.5) / (n_with_term + 0.5))
-    return max(value, 1e-6)
 
 
 class SQLiteStore:
@@ -134,8 +138,8 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()  # one writer at a time in this process
         self._dense: _DenseIndex | None = None
-        self._term_counts: dict[str, int] = {}
-        self._term_generation = -1
+        self._keyword: _KeywordIndex | None = None
+        self._vocabulary: dict[str, int] = {}
         self._closed = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -193,6 +197,8 @@ class SQLiteStore:
                     for statement in script.split(";"):
                         if statement.strip():
                             conn.execute(statement)
+                    if version == 2:
+                        self._backfill_terms(conn)
                     conn.execute(
                         "INSERT INTO _ragloop_migrations VALUES (?, ?)",
                         (version, datetime.now(UTC).isoformat()),
@@ -201,6 +207,41 @@ class SQLiteStore:
                 except BaseException:
                     conn.execute("ROLLBACK")
                     raise
+
+    def _backfill_terms(self, conn: sqlite3.Connection) -> None:
+        """Term frequencies for chunks written before migration 2."""
+        rows = conn.execute(
+            "SELECT c.pk, d.title, c.heading_path, c.content FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id WHERE c.terms IS NULL"
+        ).fetchall()
+        for pk, title, heading_path, content in rows:
+            text = index_text(title, json.loads(heading_path), content)
+            conn.execute("UPDATE chunks SET terms = ? WHERE pk = ?", (self._pack(conn, text), pk))
+
+    def _term_ids(
+        self, conn: sqlite3.Connection, terms: Iterable[str], *, add: bool
+    ) -> dict[str, int]:
+        """Vocabulary ids of ``terms``; with ``add``, new terms get ids (inside the caller's
+        write transaction). Unknown terms are left out when not adding."""
+        wanted = list(dict.fromkeys(terms))
+        missing = [t for t in wanted if t not in self._vocabulary]
+        if missing and add:
+            conn.executemany(
+                "INSERT OR IGNORE INTO vocabulary (term) VALUES (?)", [(t,) for t in missing]
+            )
+        for start in range(0, len(missing), 500):
+            batch = missing[start : start + 500]
+            rows = conn.execute(
+                f"SELECT term, id FROM vocabulary WHERE term IN ({','.join('?' * len(batch))})",
+                batch,
+            )
+            self._vocabulary.update(rows)
+        return {t: self._vocabulary[t] for t in wanted if t in self._vocabulary}
+
+    def _pack(self, conn: sqlite3.Connection, text: str) -> bytes:
+        frequencies = term_frequencies(text)
+        ids = self._term_ids(conn, frequencies, add=True)
+        return pack({ids[term]: count for term, count in frequencies.items()})
 
     def _generation(self) -> int:
         row = self._conn().execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
@@ -248,7 +289,7 @@ class SQLiteStore:
             for chunk in chunks:
                 cursor = conn.execute(
                     "INSERT INTO chunks (id, document_id, position, content, heading_path, "
-                    "text_hash, metadata) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         chunk.id,
                         document_id,
@@ -257,6 +298,7 @@ class SQLiteStore:
                         json.dumps(chunk.heading_path),
                         chunk.text_hash,
                         json.dumps(chunk.metadata),
+                        self._pack(conn, chunk.index_text),
                     ),
                 )
                 conn.execute(
@@ -322,57 +364,63 @@ class SQLiteStore:
             params.extend(_sql_value(v) for v in values)
         return (" AND ".join(clauses), params)
 
-    def _document_frequencies(self, terms: list[str]) -> tuple[int, list[int]]:
-        conn = self._conn()
+    def _keyword_index(self) -> _KeywordIndex:
         generation = self._generation()
-        if generation != self._term_generation:
-            self._term_counts = {}
-            self._term_generation = generation
-        n_docs = self._term_counts.get("\0total")
-        if n_docs is None:
-            n_docs = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
-            self._term_counts["\0total"] = n_docs
-        counts = []
-        for term in terms:
-            if term not in self._term_counts:
-                match = f'"{term.replace(chr(34), chr(34) * 2)}"'
-                self._term_counts[term] = conn.execute(
-                    "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,)
-                ).fetchone()[0]
-            counts.append(self._term_counts[term])
-        return n_docs, counts
+        index = self._keyword
+        if index is not None and index.generation == generation:
+            return index
+        conn = self._conn()
+        rows = conn.execute(
+            "SELECT c.pk, d.collection, c.terms FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id ORDER BY c.pk"
+        ).fetchall()
+        vocabulary = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM vocabulary").fetchone()[0]
+        index = _KeywordIndex(
+            generation,
+            np.array([r[0] for r in rows], dtype=np.int64),
+            np.array([r[1] for r in rows], dtype=np.str_),
+            BM25Index.build([unpack(r[2]) for r in rows], vocabulary),
+        )
+        self._keyword = index
+        return index
+
+    def _scope_mask(
+        self, pks: npt.NDArray[np.int64], collections: npt.NDArray[np.str_], scope: Scope
+    ) -> npt.NDArray[np.bool_] | None:
+        """Which rows of an index the scope admits (None: all)."""
+        if scope.collections is None and not scope.filters:
+            return None
+        mask = np.ones(len(pks), dtype=bool)
+        if scope.collections is not None:
+            mask &= np.isin(collections, list(scope.collections))
+        if scope.filters:
+            where, params = self._scope_sql(scope)
+            allowed = [
+                row[0]
+                for row in self._conn().execute(
+                    "SELECT c.pk FROM chunks c JOIN documents d ON d.id = c.document_id "
+                    f"WHERE {where}",
+                    params,
+                )
+            ]
+            mask &= np.isin(pks, np.array(allowed, dtype=np.int64))
+        return mask
 
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
-        match, terms = fts_query(query)
-        if not match or scope.empty or top_k < 1:
+        terms = analyze(query)
+        if not terms or scope.empty or top_k < 1:
             return []
-        where, params = self._scope_sql(scope)
-        if where:
-            sql = (
-                f"SELECT -bm25(chunks_fts), {_CHUNK_COLUMNS} FROM chunks_fts "
-                "JOIN chunks c ON c.pk = chunks_fts.rowid "
-                f"JOIN documents d ON d.id = c.document_id WHERE chunks_fts MATCH ? AND {where} "
-                "ORDER BY bm25(chunks_fts) LIMIT ?"
-            )
-        else:
-            # unscoped: rank inside FTS5 first and join only the top rows (about twice as fast)
-            sql = (
-                f"SELECT f.raw, {_CHUNK_COLUMNS} FROM (SELECT rowid AS pk, -bm25(chunks_fts) "
-                "AS raw FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY bm25(chunks_fts) "
-                "LIMIT ?) f JOIN chunks c ON c.pk = f.pk JOIN documents d ON d.id = c.document_id "
-                "ORDER BY f.raw DESC"
-            )
-        args = [match, *params, top_k] if where else [match, top_k]
-        rows = self._conn().execute(sql, args).fetchall()
-        if not rows:
+        index = self._keyword_index()
+        ids = self._term_ids(self._conn(), terms, add=False)
+        mask = self._scope_mask(index.pks, index.collections, scope)
+        hits = index.bm25.search([ids[t] for t in terms if t in ids], top_k, mask)
+        if not hits:
             return []
-        n_docs, counts = self._document_frequencies(terms)
-        ceiling = sum(bm25_idf(n_docs, n) for n in counts if n) * (BM25_K1 + 1)
+        by_pk = self._rows_by_pk([int(index.pks[i]) for i, _, _ in hits])
         out = []
-        for row in rows:
-            score = min(1.0, max(0.0, row[0] / ceiling)) if ceiling > 0 else 0.0
-            chunk = _to_chunk(row[1:], score)
-            chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(row[0], 6)}
+        for i, score, raw in hits:
+            chunk = _to_chunk(by_pk[int(index.pks[i])], score)
+            chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
             out.append(chunk)
         return out
 
@@ -483,20 +531,9 @@ class SQLiteStore:
                 f"{index.matrix.shape[1]}-d vectors"
             )
         scores = index.matrix @ (query / norm)
-        mask = np.ones(len(scores), dtype=bool)
-        if scope.collections is not None:
-            mask &= np.isin(index.collections, list(scope.collections))
-        if scope.filters:
-            where, params = self._scope_sql(scope)
-            allowed = [
-                row[0]
-                for row in self._conn().execute(
-                    "SELECT c.pk FROM chunks c JOIN documents d ON d.id = c.document_id "
-                    f"WHERE {where}",
-                    params,
-                )
-            ]
-            mask &= np.isin(index.pks, np.array(allowed, dtype=np.int64))
+        mask = self._scope_mask(index.pks, index.collections, scope)
+        if mask is None:
+            mask = np.ones(len(scores), dtype=bool)
         candidates = np.flatnonzero(mask)
         if not len(candidates):
             return []

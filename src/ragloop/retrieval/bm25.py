@@ -1,0 +1,133 @@
+"""BM25 over a precomputed, in-memory sparse index (the approach of bm25s), shared by stores.
+
+Why not SQLite FTS5's ``bm25()``: it scores every document matching any query term, and a
+question's words match much of a corpus. At 100k chunks FTS5 took about 50 ms a query against
+under 1 ms for bm25s (BENCHMARKS.md). Here each (term, chunk) weight
+``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen))`` is computed once when the index is
+built; a query adds up the weights of its terms' postings, scaled by their idf, and takes the top
+k. Stores persist each chunk's term frequencies and rebuild this index after writes.
+
+Terms are the text's tokens without stopwords, Snowball-stemmed (English). Scores are
+normalised by the best score the query could reach (every term at saturation), as every store
+does, with FTS5's idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import snowballstemmer
+
+from ragloop.components.text import STOPWORDS, tokenize
+from ragloop.retrieval.store import BM25_B, BM25_K1
+
+K1 = BM25_K1
+B = BM25_B
+_STEMMER = snowballstemmer.stemmer("english")
+
+
+def stems(text: str) -> list[str]:
+    """Every token of a text, Snowball-stemmed (stopwords kept: for phrase matching)."""
+    return list(_STEMMER.stemWords(tokenize(text)))
+
+
+def analyze(text: str) -> list[str]:
+    """The index terms of a text: tokens, stopwords dropped, Snowball-stemmed."""
+    return list(_STEMMER.stemWords([t for t in tokenize(text) if t not in STOPWORDS]))
+
+
+def query_words(query: str) -> list[str]:
+    """The query's words that carry meaning (no stopwords), each once, unstemmed."""
+    return list(dict.fromkeys(t for t in tokenize(query) if t not in STOPWORDS))
+
+
+def term_frequencies(text: str) -> Counter[str]:
+    return Counter(analyze(text))
+
+
+def idf(n_docs: int, n_with_term: int) -> float:
+    """FTS5's idf: log((N - n + 0.5) / (n + 0.5)), floored at 1e-6."""
+    return max(math.log((n_docs - n_with_term + 0.5) / (n_with_term + 0.5)), 1e-6)
+
+
+Postings = tuple["npt.NDArray[np.uint32]", "npt.NDArray[np.uint32]"]  # (term ids, counts)
+
+
+def pack(frequencies: dict[int, int]) -> bytes:
+    """A chunk's term ids and frequencies as bytes (uint32 ids, then uint32 counts)."""
+    ids = np.fromiter(frequencies.keys(), dtype=np.uint32, count=len(frequencies))
+    counts = np.fromiter(frequencies.values(), dtype=np.uint32, count=len(frequencies))
+    return ids.tobytes() + counts.tobytes()
+
+
+def unpack(blob: bytes) -> Postings:
+    both = np.frombuffer(blob, dtype=np.uint32)
+    half = len(both) // 2
+    return both[:half], both[half:]
+
+
+@dataclass
+class BM25Index:
+    """Postings sorted by term: ``docs[ptr[t]:ptr[t+1]]`` hold term ``t`` with ``weights``."""
+
+    n_docs: int
+    ptr: npt.NDArray[np.int64]
+    docs: npt.NDArray[np.int32]
+    weights: npt.NDArray[np.float32]
+
+    @classmethod
+    def build(cls, chunks: Sequence[Postings], vocabulary: int) -> BM25Index:
+        """From each chunk's (term ids, frequencies), in the stores' chunk order."""
+        n_docs = len(chunks)
+        sizes = np.fromiter((len(ids) for ids, _ in chunks), dtype=np.int64, count=n_docs)
+        if not n_docs or not sizes.sum():
+            return cls(n_docs, np.zeros(vocabulary + 1, dtype=np.int64),
+                       np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))  # fmt: skip
+        terms = np.concatenate([ids for ids, _ in chunks]).astype(np.int64)
+        tfs = np.concatenate([counts for _, counts in chunks]).astype(np.float32)
+        docs = np.repeat(np.arange(n_docs, dtype=np.int32), sizes)
+        lengths = np.bincount(docs, weights=tfs, minlength=n_docs).astype(np.float32)
+        average = float(lengths.mean()) or 1.0
+        norm = K1 * (1 - B + B * lengths[docs] / average)
+        weights = (tfs * (K1 + 1) / (tfs + norm)).astype(np.float32)
+        order = np.argsort(terms, kind="stable")
+        counts = np.bincount(terms, minlength=vocabulary)
+        ptr = np.zeros(max(vocabulary, len(counts)) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1 : len(counts) + 1])
+        ptr[len(counts) + 1 :] = ptr[len(counts)]
+        return cls(n_docs, ptr, docs[order], weights[order])
+
+    def document_frequency(self, term: int) -> int:
+        if term < 0 or term + 1 >= len(self.ptr):
+            return 0
+        return int(self.ptr[term + 1] - self.ptr[term])
+
+    def search(
+        self, terms: Sequence[int], top_k: int, mask: npt.NDArray[np.bool_] | None = None
+    ) -> list[tuple[int, float, float]]:
+        """The ``top_k`` chunks for the query's term ids: (chunk index, normalised score, raw
+        BM25), best first; chunks outside ``mask`` and without any term are left out."""
+        present = [t for t in dict.fromkeys(terms) if self.document_frequency(t)]
+        if not present or top_k < 1:
+            return []
+        scores = np.zeros(self.n_docs, dtype=np.float32)
+        ceiling = 0.0
+        for term in present:
+            start, end = self.ptr[term], self.ptr[term + 1]
+            weight = idf(self.n_docs, int(end - start))
+            ceiling += weight * (K1 + 1)
+            scores[self.docs[start:end]] += weight * self.weights[start:end]
+        if mask is not None:
+            scores[~mask] = 0.0
+        candidates = np.flatnonzero(scores > 0)
+        if not len(candidates):
+            return []
+        k = min(top_k, len(candidates))
+        top = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
+        top = top[np.lexsort((top, -scores[top]))]  # best first, index order on ties
+        return [(int(i), min(1.0, float(scores[i]) / ceiling), float(scores[i])) for i in top]
