@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import sqlite3
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap

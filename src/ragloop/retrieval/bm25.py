@@ -7,7 +7,7 @@ under 1 ms for bm25s (BENCHMARKS.md). Here each (term, chunk) weight
 built; a query adds up the weights of its terms' postings, scaled by their idf, and takes the top
 k. Stores persist each chunk's term frequencies and rebuild this index after writes.
 
-Terms are the text's tokens without stopwords, Snowball-stemmed (English). Scores are
+Terms are the text's tokens without stopwords, Snowball-stemmed (English, PyStemmer). Scores are
 normalised by the best score the query could reach (every term at saturation), as every store
 does, with FTS5's idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6.
 """
@@ -15,30 +15,39 @@ does, with FTS5's idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6.
 from __future__ import annotations
 
 import math
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import snowballstemmer
+import Stemmer
 
 from ragloop.components.text import STOPWORDS, tokenize
 from ragloop.retrieval.store import BM25_B, BM25_K1
 
 K1 = BM25_K1
 B = BM25_B
-_STEMMER = snowballstemmer.stemmer("english")
+_local = threading.local()
+
+
+def _stem(words: list[str]) -> list[str]:
+    # PyStemmer (Snowball in C) stemmers are not thread-safe: one per thread
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        stemmer = _local.stemmer = Stemmer.Stemmer("english")
+    return list(stemmer.stemWords(words))
 
 
 def stems(text: str) -> list[str]:
     """Every token of a text, Snowball-stemmed (stopwords kept: for phrase matching)."""
-    return list(_STEMMER.stemWords(tokenize(text)))
+    return _stem(tokenize(text))
 
 
 def analyze(text: str) -> list[str]:
     """The index terms of a text: tokens, stopwords dropped, Snowball-stemmed."""
-    return list(_STEMMER.stemWords([t for t in tokenize(text) if t not in STOPWORDS]))
+    return _stem([t for t in tokenize(text) if t not in STOPWORDS])
 
 
 def query_words(query: str) -> list[str]:
