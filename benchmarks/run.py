@@ -1,16 +1,35 @@
-"""Run every benchmark in this folder and write BENCHMARKS.md. Usage: make bench"""
+"""Run the benchmarks and write their sections into BENCHMARKS.md.
+
+    python benchmarks/run.py            # every bench_*.py (what `make bench` runs)
+    python benchmarks/run.py --slow     # also slow_*.py (minutes to hours: the e5 embedder)
+    python benchmarks/run.py NAME ...   # only these modules (e.g. bench_engine)
+
+Each module's ``run()`` returns a markdown section; it is written between markers, stamped with
+the machine and date it was measured on, and sections of modules not run this time are kept.
+"""
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import importlib.util
 import os
 import platform
+import re
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+TARGET = HERE.parent / "BENCHMARKS.md"
+HEADER = """# Benchmarks
+
+Every figure below was measured by the command its section names, on the machine its section
+names; `make bench` reruns every `bench_*.py` module (under 20 minutes on a 2-core machine) and
+`python benchmarks/run.py --slow` the slow ones too. Ratios compare ragloop with the alternative
+a user would pick, measured in the same run.
+"""
+SECTION = re.compile(r"<!-- section: (\w+) -->\n(.*?)<!-- end: \1 -->\n", re.DOTALL)
 
 
 def machine() -> str:
@@ -22,32 +41,49 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return (
-        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"{platform.system()} {platform.release()}"
-    )
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def load(path: Path):  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> None:
-    sections = []
-    for path in sorted(HERE.glob("bench_*.py")):
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        assert spec
-        assert spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        print(f"running {path.name} ...", file=sys.stderr)
-        sections.append(module.run())
-    header = (
-        "# Benchmarks\n\n"
-        "Written by `make bench` (`python benchmarks/run.py`); every figure below comes from one "
-        "run of that command.\n\n"
-        f"- Machine: {machine()}\n"
-        f"- Date: {dt.date.today().isoformat()}\n"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="only these modules")
+    parser.add_argument("--slow", action="store_true", help="also run the slow_*.py modules")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    modules = sorted(HERE.glob("bench_*.py")) + (
+        sorted(HERE.glob("slow_*.py")) if args.slow else []
     )
-    text = header + "\n" + "\n\n".join(sections) + "\n"
-    (ROOT / "BENCHMARKS.md").write_text(text, encoding="utf-8")
-    print(text)
+    if args.names:
+        modules = [m for m in modules if m.stem in args.names] or [
+            HERE / f"{n}.py" for n in args.names
+        ]
+    existing = dict(SECTION.findall(TARGET.read_text(encoding="utf-8"))) if TARGET.exists() else {}
+    order = list(existing)
+    for path in modules:
+        print(f"running {path.name} ...", file=sys.stderr, flush=True)
+        started = time.perf_counter()
+        text = load(path).run().rstrip("\n")
+        minutes = (time.perf_counter() - started) / 60
+        stamp = f"_Measured on {machine()}, {dt.date.today().isoformat()} ({minutes:.1f} min)._"
+        existing[path.stem] = f"{text}\n\n{stamp}\n"
+        if path.stem not in order:
+            order.append(path.stem)
+    body = "\n".join(
+        f"<!-- section: {name} -->\n{existing[name]}<!-- end: {name} -->\n"
+        for name in sorted(order, key=lambda n: (n.startswith("slow_"), n))
+        if name in existing
+    )
+    TARGET.write_text(f"{HEADER}\n{body}", encoding="utf-8")
+    print(f"wrote {TARGET}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -336,3 +336,23 @@ def test_migration_2_backfills_keyword_terms_of_an_older_file(tmp_path):
     assert [c.id for c in hits] == ["c1"]
     versions = kb.store._conn().execute("SELECT version FROM _ragloop_migrations")
     assert [v for (v,) in versions] == [1, 2]
+
+
+def test_searches_survive_documents_replaced_by_another_writer(tmp_path, docs):
+    reader = KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64))
+    reader.ingest(docs)
+    for mode in ("bm25", "dense"):
+        reader.search("tent", mode=mode)  # both indexes loaded
+    writer = KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64))
+    # another connection replaces every document (new rows) after the reader loaded its
+    # indexes; the reader's next search must reload, and one racing the load must not crash
+    (docs / "camping" / "tents.md").write_text("# Tents\n\nThe Ridgeline 3 tent weighs 2 kg.\n")
+    writer.ingest(docs)
+    stale_pks = reader.store._keyword.pks.copy()
+    assert reader.search("tent weighs", mode="bm25")[0].content.startswith("The Ridgeline 3")
+    reader.store._keyword.pks = stale_pks  # as if the load had raced the writer
+    reader.store._keyword.generation = reader.store._generation()
+    for chunk in reader.search("tent weighs", mode="bm25"):
+        assert "Ridgeline 2" not in chunk.content
+    writer.close()
+    reader.close()

@@ -419,7 +419,10 @@ class SQLiteStore:
         by_pk = self._rows_by_pk([int(index.pks[i]) for i, _, _ in hits])
         out = []
         for i, score, raw in hits:
-            chunk = _to_chunk(by_pk[int(index.pks[i])], score)
+            row = by_pk.get(int(index.pks[i]))
+            if row is None:  # replaced by a writer since the index was loaded: skip it
+                continue
+            chunk = _to_chunk(row, score)
             chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
             out.append(chunk)
         return out
@@ -544,7 +547,10 @@ class SQLiteStore:
         out = []
         for i in top:
             score = float(min(1.0, max(0.0, scores[i])))
-            chunk = _to_chunk(by_pk[int(index.pks[i])], score)
+            row = by_pk.get(int(index.pks[i]))
+            if row is None:  # replaced by a writer since the index was loaded: skip it
+                continue
+            chunk = _to_chunk(row, score)
             chunk.metadata["scores"] = {"dense": round(score, 6)}
             out.append(chunk)
         return out
