@@ -51,8 +51,9 @@ def cell(dataset: EvalDataset, ranked: dict[str, list[str]], k: int) -> str:
 
 def knowledge_base(name: str, dataset: EvalDataset, embedder: str) -> KnowledgeBase:
     CACHE.mkdir(exist_ok=True)
-    return build_knowledge_base(dataset, CACHE / f"{name.lower()}-{embedder}.sqlite",
-                                embedder=embedder)  # fmt: skip
+    return build_knowledge_base(
+        dataset, CACHE / f"{name.lower()}-{embedder}.sqlite", embedder=embedder
+    )
 
 
 def rankings(kb: KnowledgeBase, dataset: EvalDataset) -> dict[str, tuple[list[Chunk], list[Chunk]]]:
@@ -96,7 +97,7 @@ def hotpot_section() -> list[str]:
         k: {
             qid: ids(reciprocal_rank_fusion({"bm25": b, "dense": d}, top_k=40, k=k))
             for qid, (b, d) in both.items()
-        }  # fmt: skip
+        }
         for k in (RRF_K, 60)
     }
     sample = [f"{p.title}\n{p.text}" for p in dataset.passages[:500]]
@@ -121,6 +122,13 @@ def hotpot_section() -> list[str]:
     return lines
 
 
+def score(dataset: EvalDataset, ranked: dict[str, list[str]]) -> str:
+    """Recall of all gold passages at 5 / nDCG@10."""
+    r5 = statistics.fmean(recall_all(ranked[q.id], q.gold, 5) for q in dataset.questions)
+    n10 = statistics.fmean(ndcg(ranked[q.id], q.gold, 10) for q in dataset.questions)
+    return f"{r5:.3f} / {n10:.3f}"
+
+
 def fusion_section() -> list[str]:
     header = ["dataset", "bm25", "dense"] + [
         f"RRF k={k}" + (" (default)" if k == RRF_K else "") for k in FUSION_KS
@@ -132,22 +140,25 @@ def fusion_section() -> list[str]:
         both = rankings(kb, dataset)
         kb.close()
 
-        def score(ranked: dict[str, list[str]]) -> str:
-            r5 = statistics.fmean(recall_all(ranked[q.id], q.gold, 5) for q in dataset.questions)
-            n10 = statistics.fmean(ndcg(ranked[q.id], q.gold, 10) for q in dataset.questions)
-            return f"{r5:.3f} / {n10:.3f}"
-
         cells = [
-            score({qid: ids(pair[0]) for qid, pair in both.items()}),
-            score({qid: ids(pair[1]) for qid, pair in both.items()}),
+            score(dataset, {qid: ids(pair[0]) for qid, pair in both.items()}),
+            score(dataset, {qid: ids(pair[1]) for qid, pair in both.items()}),
         ]
         for k in FUSION_KS:
-            cells.append(score({
-                qid: ids(reciprocal_rank_fusion({"bm25": b, "dense": d}, top_k=40, k=k))
-                for qid, (b, d) in both.items()
-            }))  # fmt: skip
-        lines.append(f"| {name} ({len(dataset.questions)} q, {len(dataset.passages):,} p) | "
-                     + " | ".join(cells) + " |")  # fmt: skip
+            cells.append(
+                score(
+                    dataset,
+                    {
+                        qid: ids(reciprocal_rank_fusion({"bm25": b, "dense": d}, top_k=40, k=k))
+                        for qid, (b, d) in both.items()
+                    },
+                )
+            )
+        lines.append(
+            f"| {name} ({len(dataset.questions)} q, {len(dataset.passages):,} p) | "
+            + " | ".join(cells)
+            + " |"
+        )
     return lines
 
 

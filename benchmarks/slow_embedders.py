@@ -15,7 +15,6 @@ from bench_retrieval import CACHE, DATASETS, ids, rankings
 
 from ragloop.evaluation.configurations import build_knowledge_base
 from ragloop.evaluation.datasets import load_dataset
-from ragloop.evaluation.metrics import ndcg, recall_all
 from ragloop.retrieval.embedders import get_embedder
 from ragloop.retrieval.fusion import reciprocal_rank_fusion
 
@@ -57,16 +56,18 @@ def run() -> str:
         cells = []
         for label, path in DATASETS.items():
             dataset = load_dataset(path)
-            kb = build_knowledge_base(dataset, CACHE / f"{label.lower()}-{name}.sqlite",
-                                      embedder=name)  # fmt: skip
+            kb = build_knowledge_base(
+                dataset, CACHE / f"{label.lower()}-{name}.sqlite", embedder=name
+            )
             both = rankings(kb, dataset)
             kb.close()
             for fuse in (False, True):
                 ranked = {
                     qid: ids(reciprocal_rank_fusion({"bm25": b, "dense": d}, top_k=40))
-                    if fuse else ids(d)
+                    if fuse
+                    else ids(d)
                     for qid, (b, d) in both.items()
-                }  # fmt: skip
+                }
                 r5 = statistics.fmean(
                     recall_all(ranked[q.id], q.gold, 5) for q in dataset.questions
                 )
