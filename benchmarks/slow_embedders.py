@@ -68,11 +68,7 @@ def run() -> str:
                     else ids(d)
                     for qid, (b, d) in both.items()
                 }
-                r5 = statistics.fmean(
-                    recall_all(ranked[q.id], q.gold, 5) for q in dataset.questions
-                )
-                n10 = statistics.fmean(ndcg(ranked[q.id], q.gold, 10) for q in dataset.questions)
-                cells.append(f"{r5:.3f} / {n10:.3f}")
+                cells.append(score(dataset, ranked))
         lines.append(f"| {name} | {rate:.0f} | {query_ms:.1f} | " + " | ".join(cells) + " |")
     lines += [
         "",
