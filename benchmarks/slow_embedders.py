@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from bench_retrieval import CACHE, DATASETS, ids, rankings
+from bench_retrieval import CACHE, DATASETS, ids, rankings, score
 
 from ragloop.evaluation.configurations import build_knowledge_base
 from ragloop.evaluation.datasets import load_dataset
