@@ -11,6 +11,7 @@ from typing import Any
 from ragloop.components.cost import DefaultCostEstimator
 from ragloop.components.refiners import EntityBridgeRefiner
 from ragloop.components.understanding import Glossary, HeuristicUnderstander
+from ragloop.core.retrieval_records import QueryShape
 from ragloop.engines.retrieval import RetrievalLoop, RetrievalLoopConfig
 from ragloop.retrieval.embedding_cache import SemanticEmbeddingCache
 from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
@@ -26,24 +27,28 @@ def offline_retrieval_loop(
     """A :class:`~ragloop.RetrievalLoop` over ``kb`` for multi-hop questions, offline:
 
     - :class:`~ragloop.HeuristicUnderstander` (with the ``glossary``, if given);
-    - :class:`~ragloop.RetrievalRouter` over the knowledge base's modes (bm25 only when it has
-      no embedder), sticky unless ``allow_route_switch=True``;
+    - :class:`~ragloop.RetrievalRouter` sending every query to hybrid search (bm25 when the
+      knowledge base has no embedder): routing keyword-shaped queries to bm25 and semantic ones
+      to dense search lost recall on every benchmark set, hybrid never did;
     - :class:`~ragloop.EntityBridgeRefiner`, which follows the names the passages mention
-      through the knowledge base's link graph (the best offline refiner on HotpotQA, see
-      BENCHMARKS.md);
+      through the knowledge base's link graph, and ``follow_links=1``: the chunks the best new
+      chunk names join the evidence right after it;
+    - ``max_iterations=2``: on HotpotQA and MuSiQue a second hop helps, a third no longer does
+      (BENCHMARKS.md);
     - a :class:`~ragloop.SemanticEmbeddingCache` shared by the loop's runs, and the
       :class:`~ragloop.DefaultCostEstimator`.
 
-    ``config`` holds :class:`~ragloop.RetrievalLoopConfig` fields (``max_iterations=3``, ...).
+    ``config`` holds :class:`~ragloop.RetrievalLoopConfig` fields and overrides these defaults.
     """
     retriever = kb.retriever() if isinstance(kb, KnowledgeBase) else kb
     if not isinstance(retriever, KnowledgeBaseRetriever):
         raise TypeError(f"kb must be a KnowledgeBase or its retriever, got {type(kb).__name__}")
+    settings = {"max_iterations": 2, "follow_links": 1, **config}
     return RetrievalLoop(
         retriever,
-        config=RetrievalLoopConfig(**config),
+        config=RetrievalLoopConfig(**settings),
         understander=HeuristicUnderstander(glossary),
-        router=RetrievalRouter(retriever),
+        router=RetrievalRouter(retriever, routes=dict.fromkeys(QueryShape, "hybrid")),
         refiner=EntityBridgeRefiner(),
         embedding_cache=SemanticEmbeddingCache(),
         cost_estimator=DefaultCostEstimator(),

@@ -65,7 +65,11 @@ class RetrievalLoopConfig:
     - ``improvement_threshold``: when set (in [0, 1]), an iteration whose best score is less than
       this above the best so far ends the run with ``no_improvement`` (seed 003);
     - ``allow_route_switch``: False (sticky) keeps iteration 0's route; True asks the router
-      every iteration.
+      every iteration;
+    - ``follow_links``: after each search, the chunks that the best this-many new chunks name
+      (by title or heading, through the knowledge base's link graph) join the evidence, ranked
+      as the top result of a next hop would be (0 disables it; needs a knowledge-base
+      retriever or router, and keeps to its collections and filters).
     """
 
     max_iterations: int = 5
@@ -73,11 +77,13 @@ class RetrievalLoopConfig:
     top_k: int = 10
     improvement_threshold: float | None = None
     allow_route_switch: bool = False
+    follow_links: int = 0
 
     def __post_init__(self) -> None:
         _count(self.max_iterations, "max_iterations", 1)
         _count(self.min_new_chunks_per_iter, "min_new_chunks_per_iter", 0)
         _count(self.top_k, "top_k", 1)
+        _count(self.follow_links, "follow_links", 0)
         threshold = self.improvement_threshold
         if threshold is not None and (
             isinstance(threshold, bool)

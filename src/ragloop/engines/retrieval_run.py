@@ -153,6 +153,8 @@ class Run:
         last_chunks = _interleave(rankings)
         new_chunks = [c for c in last_chunks if c.id not in self.found]
         self._gather(index, rankings)
+        linked = await self._follow_links(index, new_chunks)
+        new_chunks += linked
         self.tried.update(normalize_query(q) for q in queries)
         self.tried.update(normalize_query(s.text) for s in searches)
         self.cache = self.cache + CacheStats(hits=hits, misses=misses)
@@ -283,6 +285,36 @@ class Run:
                 else:
                     self.found[chunk.id] = chunk
                     self.rank[chunk.id] = (rank, len(self.rank))
+
+    async def _follow_links(self, index: int, new_chunks: list[Chunk]) -> list[Chunk]:
+        """The chunks the best new chunks name, added to the evidence as a next hop's top
+        results would be (``follow_links``); the retriever's scope applies."""
+        count = self.config.follow_links
+        owner = self.loop.router if self.loop.router is not None else self.loop.retriever
+        kb = getattr(owner, "kb", None)
+        linked_chunks = getattr(kb, "linked_chunks", None)
+        if not count or not new_chunks or not callable(linked_chunks):
+            return []
+        self.step = "link graph"
+        scope = getattr(owner, "retriever", owner)
+        linked = await call(
+            linked_chunks,
+            [c.id for c in new_chunks[:count]],
+            limit=count * 4,
+            collection=getattr(scope, "collection", None),
+            filters=getattr(scope, "filters", None),
+        )
+        rank = LATER_ITERATION_PENALTY * (index + 1)
+        fresh = []
+        for chunk in _chunks(linked, "link graph"):
+            if chunk.id in self.found:  # named by a better chunk: it moves up
+                best, order = self.rank[chunk.id]
+                self.rank[chunk.id] = (min(best, rank), order)
+            else:
+                self.found[chunk.id] = chunk
+                self.rank[chunk.id] = (rank, len(self.rank))
+                fresh.append(chunk)
+        return fresh
 
     def _ranked(self) -> list[Chunk]:
         return sorted(self.found.values(), key=lambda c: self.rank[c.id])

@@ -452,17 +452,34 @@ class KnowledgeBase:
             raise ConfigError("mode", f"must be one of {', '.join(SEARCH_MODES)}, got {mode!r}")
         return KnowledgeBaseRetriever(self, collection, mode, filters)
 
-    def linked_chunks(self, chunk_ids: Sequence[str], *, limit: int = 10) -> list[Chunk]:
-        """Chunks named (by title or heading) in the given chunks, in link order. Each carries
+    def linked_chunks(
+        self,
+        chunk_ids: Sequence[str],
+        *,
+        limit: int = 10,
+        collection: str | Sequence[str] | None = None,
+        filters: dict[str, Any] | None = None,
+    ) -> list[Chunk]:
+        """Chunks named (by title or heading) in the given chunks, in link order, within the
+        scope given (``collection`` and ``filters`` as in :meth:`search`). Each carries
         ``metadata["linked_from"]`` and ``metadata["mention"]``."""
-        links = self.store.links_from(chunk_ids)
+        scope = Scope.of(collection, filters)
+        if scope.empty:
+            return []
         targets: dict[str, Link] = {}
-        for link in links:
+        for link in self.store.links_from(chunk_ids):
             targets.setdefault(link.target_id, link)
-        found = self.store.get_chunks(list(targets)[:limit])
-        for chunk in found:
+        found = []
+        for chunk in self.store.get_chunks(list(targets)):
+            if not scope.accepts(
+                str(chunk.metadata.get("collection")), chunk.metadata | {"source": chunk.source}
+            ):
+                continue
             link = targets[chunk.id]
             chunk.metadata.update(linked_from=link.chunk_id, mention=link.mention)
+            found.append(chunk)
+            if len(found) == limit:
+                break
         return found
 
     # -- management --------------------------------------------------------------------------
