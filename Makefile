@@ -21,6 +21,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.installed-base
 	$(BIN)/python examples/quickstart.py
+	$(BIN)/ragloop ask --demo
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest

@@ -15,6 +15,14 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _demo_cache(tmp_path_factory):
+    """The examples build the demo knowledge base: in a private folder, not the user's cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAGLOOP_DEMO_DIR", str(tmp_path_factory.mktemp("demo-cache")))
+        yield
+
+
 def python_blocks(path: Path) -> list[str]:
     return BLOCK.findall(path.read_text(encoding="utf-8"))
 

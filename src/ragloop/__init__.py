@@ -6,8 +6,11 @@ See README.md for the quick start; the public API is exactly ``__all__``.
 
 import importlib.metadata as _metadata
 
+from ragloop.components.controller import OfflineController
+from ragloop.components.corpus import Corpus
 from ragloop.components.cost import DefaultCostEstimator
-from ragloop.components.evaluators import LLMEvaluator
+from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
+from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
 from ragloop.components.grounding import LexicalGrounder, LLMJudgeGrounder
 from ragloop.components.refiners import (
     EntityBridgeRefiner,
@@ -38,6 +41,7 @@ from ragloop.core.errors import (
     RagloopError,
     RetrievalLoopError,
     ScriptExhausted,
+    TraceNotFound,
 )
 from ragloop.core.jsonparse import Parsed, ParseFailure, parse_llm_json
 from ragloop.core.protocols import (
@@ -76,6 +80,7 @@ from ragloop.engines.grounding import aground, ground
 from ragloop.engines.rag import LoopConfig, RAGLoop
 from ragloop.engines.retrieval import RetrievalLoop, RetrievalLoopConfig
 from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
+from ragloop.observability.traces import TraceRecord, TraceRecorder, TraceStore
 from ragloop.providers import (
     AnthropicModel,
     OpenAICompatibleEmbedder,
@@ -121,6 +126,7 @@ __all__ = [
     "ChunkingConfig",
     "ComponentError",
     "ConfigError",
+    "Corpus",
     "CostEstimator",
     "DefaultCostEstimator",
     "DenseSearchUnavailable",
@@ -135,12 +141,14 @@ __all__ = [
     "Evaluator",
     "EventKind",
     "ExactEmbeddingCache",
+    "ExtractiveGenerator",
     "Generator",
     "GeneratorOutput",
     "GroundedSpan",
     "Grounder",
     "Grounding",
     "GroundingError",
+    "HeuristicEvaluator",
     "HeuristicReformulator",
     "HeuristicUnderstander",
     "IngestReport",
@@ -149,6 +157,7 @@ __all__ = [
     "KnowledgeBaseNotFound",
     "KnowledgeBaseRetriever",
     "LLMEvaluator",
+    "LLMGenerator",
     "LLMJudgeGrounder",
     "LLMReformulator",
     "LLMUnderstander",
@@ -163,6 +172,7 @@ __all__ = [
     "ModelHTTPError",
     "ModelResponse",
     "ModelTimeout",
+    "OfflineController",
     "OpenAICompatibleEmbedder",
     "OpenAICompatibleModel",
     "ParseFailure",
@@ -197,6 +207,10 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolHistoryEntry",
+    "TraceNotFound",
+    "TraceRecord",
+    "TraceRecorder",
+    "TraceStore",
     "UnderstoodQuery",
     "Usage",
     "__version__",

@@ -63,6 +63,14 @@ def test_a_listener_sees_every_event_of_a_run_in_order():
         "returned_count": 1,
         "history_size": 1,
         "failed": False,
+        "chunks": [
+            {
+                "id": result.chunks[0].id,
+                "source": "returns.md",
+                "title": None,
+                "score": round(result.chunks[0].score, 6),
+            }
+        ],
     }
     assert turn_event.attributes["tool_calls"] == ["answer"]
     assert finished.attributes["stop_reason"] == "answered"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,6 +15,7 @@ import platformdirs
 from rich.console import Console
 
 from ragloop.core.errors import RagloopError
+from ragloop.observability.traces import traces_path_for
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, is_postgres_dsn
 
@@ -54,6 +57,18 @@ def open_kb(
         return KnowledgeBase(Path(location).expanduser(), create=create, embedder=embedder)
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
+
+
+def traces_file(location: str | None) -> Path:
+    """Where ``ragloop ask`` stores the traces of a knowledge base: beside its file
+    (``kb.sqlite`` -> ``kb.traces.sqlite``), or, for PostgreSQL, in the user data folder under
+    a name derived from the URL without its password."""
+    location = location or default_kb_location()
+    if not is_postgres_dsn(location):
+        return traces_path_for(Path(location).expanduser())
+    safe = re.sub(r"//([^:@/]*):[^@/]*@", r"//\1@", location)
+    digest = hashlib.sha256(safe.encode()).hexdigest()[:12]
+    return Path(platformdirs.user_data_dir("ragloop")) / f"postgres-{digest}.traces.sqlite"
 
 
 def shown_path(source: str) -> str:

@@ -6,6 +6,7 @@ import click
 from rich.table import Table
 
 from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, shown_path
+from ragloop.cli.demo import open_demo
 from ragloop.core.errors import RagloopError
 from ragloop.retrieval.knowledge_base import SEARCH_MODES
 
@@ -17,6 +18,7 @@ from ragloop.retrieval.knowledge_base import SEARCH_MODES
 @click.option("--top-k", "-k", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--collection", "-c", multiple=True, help="Search only this collection (repeatable).")
 @click.option("--json", "as_json", is_flag=True, help="Print the chunks as JSON.")
+@click.option("--demo", is_flag=True, help="Search the demo knowledge base (built on first use).")
 def search(
     query: str,
     kb_location: str | None,
@@ -24,9 +26,12 @@ def search(
     top_k: int,
     collection: tuple[str, ...],
     as_json: bool,
+    demo: bool,
 ) -> None:
     """Search the knowledge base."""
-    kb = open_kb(kb_location, create=False)
+    if kb_location is not None and demo:
+        raise click.UsageError("--kb and --demo name two knowledge bases; give one")
+    kb = open_demo() if demo else open_kb(kb_location, create=False)
     try:
         if mode != "bm25" and kb.embedder is None and not as_json:
             errors.print(f"[yellow]note:[/] keyword search only ({kb.dense_off_reason})")

@@ -57,6 +57,26 @@ Reply with JSON only, no markdown:
 {{"is_grounded": true, "is_complete": false, "score": 0.5, "reason": "..."}}"""
 
 
+def generator_prompt(query: str, chunks: list[Chunk]) -> str:
+    """The prompt of :class:`~ragloop.LLMGenerator`: answer from the numbered chunks, cite them."""
+    return f"""Answer the question from the retrieved chunks only.
+
+{DATA_RULE}
+
+{fence("question", query)}
+
+Retrieved context:
+{fence_chunks(chunks)}
+
+Write a short answer (one to three sentences) that uses only what the chunks say, and put the
+number n of each chunk you used in square brackets after the sentence it supports, like [1].
+If the chunks do not answer the question, say so and give a confidence of 0.
+confidence: how sure you are, from 0.0 to 1.0, that the answer is correct and complete.
+
+Reply with JSON only, no markdown:
+{{"answer": "... [1]", "confidence": 0.8}}"""
+
+
 STRATEGY_GUIDE = {
     ReformulationStrategy.EXPAND: "query too narrow: add synonyms and related terms",
     ReformulationStrategy.NARROW: "results too broad or generic: make the query more specific",

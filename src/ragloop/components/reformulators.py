@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, model_validator
 
+from ragloop.components.corpus import Corpus
 from ragloop.components.prompts import reformulator_prompt
 from ragloop.components.rewriting import rewrite, tried_queries
 from ragloop.components.text import normalize_query
@@ -85,9 +86,18 @@ class HeuristicReformulator:
     The strategy comes from the last iteration's evaluation reason (:meth:`select_strategy`);
     an evaluator reply that could not be parsed, or an empty history, selects EXPAND. Unlike
     ragsnag's, every strategy returns a query that differs from every query already tried.
+
+    ``corpus`` (a :class:`~ragloop.KnowledgeBase`, a retriever, or a
+    :class:`~ragloop.components.corpus.Corpus`) lets the strategies consult the knowledge base
+    itself, not only the chunks earlier iterations retrieved: related terms from a wider search
+    and the embedder, replacements for words the documents never use, and the link graph's
+    next hops (see ``docs/reformulation.md``).
     """
 
     select_strategy = staticmethod(select_strategy)
+
+    def __init__(self, corpus: object = None) -> None:
+        self.corpus = None if corpus is None else Corpus.of(corpus)
 
     def strategy_for(self, history: list[LoopIteration]) -> ReformulationStrategy:
         if not history or history[-1].evaluation.parse_failed:
@@ -104,7 +114,7 @@ class HeuristicReformulator:
         history: list[LoopIteration],
     ) -> ReformulationOutput:
         """Rewrite with a given strategy (used by the LLM reformulator's fallback)."""
-        queries, how = rewrite(strategy, original_query, history)
+        queries, how = rewrite(strategy, original_query, history, self.corpus)
         why = history[-1].evaluation.reason[:100] if history else "no earlier iteration"
         return ReformulationOutput(
             queries=queries,
@@ -134,12 +144,13 @@ class LLMReformulator:
     ``generate_fn`` is a function of the prompt (sync or async) or a
     :class:`~ragloop.ChatModel`. A reply that cannot be read, that has no queries, or whose
     queries were all tried already falls back to :class:`HeuristicReformulator` (the strategy
-    the LLM named if it named a valid one, else the keyword table's), and the reasoning says so.
+    the LLM named if it named a valid one, else the keyword table's; given ``corpus``, it
+    consults the knowledge base), and the reasoning says so.
     """
 
-    def __init__(self, generate_fn: GenerateFn | ChatModel) -> None:
+    def __init__(self, generate_fn: GenerateFn | ChatModel, *, corpus: object = None) -> None:
         self.generate_fn = generate_fn
-        self.fallback = HeuristicReformulator()
+        self.fallback = HeuristicReformulator(corpus)
 
     async def areformulate(
         self, original_query: str, history: list[LoopIteration]

@@ -1,23 +1,28 @@
 """The six reformulation strategies without an LLM.
 
-Each strategy is a pure function of the question and the evidence earlier iterations retrieved
-(their chunks are the only view of the corpus a reformulator gets). What each one does:
+Each strategy is a function of the question and the evidence earlier iterations retrieved, and,
+when the reformulator was given one, of the :class:`~ragloop.components.corpus.Corpus` (the
+knowledge base itself: a wider search, its embedder and its link graph). What each one does:
 
 - **expand**: the question plus related terms: pseudo-relevance feedback, i.e. the terms that
-  weigh most in the best chunks retrieved so far and are not in the question; with no evidence,
-  the singular/plural variants of the question's terms.
+  weigh most in the best chunks (with a corpus: of a wider retrieval, re-ranked by embedding
+  similarity to the question) and are not in the question; with neither, the singular/plural
+  variants of the question's terms.
 - **narrow**: the question's content terms plus the most distinctive terms of the best chunk
   (frequent in it, rare in the other chunks): a more specific query.
 - **decompose**: sub-queries: the question split at clause boundaries ("?", ";", "and what
   ..."); else one sub-query per named entity, each with the rest of the question's terms; else
-  a split at "and" between two content phrases; plus a *bridge* sub-query built from an entity
-  the best chunk names and the question does not (the second hop of a multi-hop question).
+  a split at "and" between two content phrases; plus a *bridge* sub-query built from a name
+  the best chunks mention and the question does not (with a corpus, first the documents they
+  name in the link graph): the second hop of a multi-hop question, asked with the question's
+  terms the evidence does not cover yet.
 - **step_back**: a broader query: the question's content terms without its specifics (numbers,
   quoted titles, named entities), or, when it has none, without its trailing qualifiers.
 - **hyde**: an answer-shaped sentence ("X was directed by", "X is ...") built from the question's
   form, with the strongest feedback terms, because documents are written as answers.
-- **perspective_shift**: the question re-said in the documents' vocabulary: the words that sit
-  next to the question's terms in the retrieved sentences, replacing the question's framing.
+- **perspective_shift**: the question re-said in the documents' vocabulary: with a corpus, each
+  question word the documents never use is replaced by its nearest corpus words ("rent" ->
+  "hire"); otherwise the words that sit next to the question's terms in the retrieved sentences.
 
 :func:`rewrite` applies a strategy and guarantees that at least one returned query differs from
 every query tried so far; when the strategy's own candidates are all spent it falls back to
@@ -32,13 +37,21 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from ragloop.components.corpus import (
+    Corpus,
+    chunk_text,
+    feedback_weights,
+    ranked_terms,
+    useful_term,
+)
+from ragloop.components.questions import CLAUSE_SPLIT, profile
 from ragloop.components.text import (
     QUESTION_WORDS,
-    STOPWORDS,
     content_terms,
     entity_phrases,
     is_number,
     normalize_query,
+    stem,
     tokenize,
 )
 from ragloop.core.rag_records import LoopIteration, ReformulationStrategy
@@ -46,6 +59,7 @@ from ragloop.core.records import Chunk
 
 FACETS = ("overview", "definition", "details", "examples", "history", "explanation", "facts")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_QUOTED = re.compile(r"'([^']{2,80})'")
 
 
 @dataclass
@@ -57,9 +71,11 @@ class Evidence:
     """
 
     chunks: list[Chunk] = field(default_factory=list)
+    corpus: Corpus | None = None
+    hints: list[str] = field(default_factory=list)  # what the last evaluation quoted
 
     @classmethod
-    def from_history(cls, history: list[LoopIteration]) -> Evidence:
+    def from_history(cls, history: list[LoopIteration], corpus: Corpus | None = None) -> Evidence:
         ranked = sorted(history, key=lambda it: -it.evaluation.score)  # stable: earliest on ties
         seen: set[str] = set()
         chunks: list[Chunk] = []
@@ -68,7 +84,9 @@ class Evidence:
                 if chunk.id not in seen:
                     seen.add(chunk.id)
                     chunks.append(chunk)
-        return cls(chunks)
+        last = history[-1].evaluation if history else None
+        hints = _QUOTED.findall(last.reason) if last and not last.parse_failed else []
+        return cls(chunks, corpus, hints)
 
     @property
     def best(self) -> Chunk | None:
@@ -81,16 +99,8 @@ class Evidence:
         return df
 
     def feedback_terms(self, exclude: Iterable[str], limit: int, top_n: int = 3) -> list[str]:
-        """Pseudo-relevance feedback (relevance-model style): each top chunk votes for its terms
-        in proportion to their frequency in it, weighted by the chunk's retrieval score."""
-        excluded = set(exclude)
-        weights: dict[str, float] = {}
-        for rank, chunk in enumerate(self.chunks[:top_n]):
-            tokens = [t for t in tokenize(chunk.content) if _useful(t, excluded)]
-            vote = max(chunk.score, 0.01) / (rank + 1)
-            for term, count in Counter(tokens).items():
-                weights[term] = weights.get(term, 0.0) + vote * count / len(tokens)
-        return sorted(weights, key=lambda t: (-weights[t], -len(t), t))[:limit]
+        """Pseudo-relevance feedback over the best ``top_n`` chunks (:func:`feedback_weights`)."""
+        return ranked_terms(feedback_weights(self.chunks[:top_n], exclude))[:limit]
 
     def distinctive_terms(self, chunk: Chunk, exclude: Iterable[str], limit: int) -> list[str]:
         """Terms frequent in ``chunk`` and rare across the other retrieved chunks (tf-idf)."""
@@ -102,12 +112,18 @@ class Evidence:
         return sorted(score, key=lambda t: (-score[t], -len(t), t))[:limit]
 
     def bridge_entities(self, question: str, limit: int) -> list[str]:
-        """Entities the best chunks name that the question does not: candidate second hops."""
+        """Names the best chunks mention that the question does not: candidate second hops.
+        With a corpus, the documents they name in the link graph come first."""
         asked = {normalize_query(e) for e in entity_phrases(question)}
         asked_terms = set(tokenize(question))
         found: list[str] = []
+        linked = self.corpus.bridges(self.chunks[:3], limit=limit) if self.corpus else []
+        # a name the evaluator pointed at ("the answer points to 'X'") is the surest next hop
+        named = {normalize_query(e) for c in self.chunks for e in entity_phrases(c.content)}
+        named |= {normalize_query(n) for n in linked}
+        linked = [h for h in self.hints if normalize_query(h) in named] + linked
         for chunk in self.chunks[:3]:
-            for phrase in entity_phrases(chunk.content):
+            for phrase in [*linked, *entity_phrases(chunk.content)]:
                 key = normalize_query(phrase)
                 if key in asked or set(tokenize(phrase)) <= asked_terms or phrase in found:
                     continue
@@ -128,11 +144,14 @@ class Evidence:
                             counts[t] += 1
         return sorted(counts, key=lambda t: (-counts[t], -len(t), t))[:limit]
 
+    def missing_terms(self, terms: list[str]) -> list[str]:
+        """The terms no retrieved chunk (nor its title or headings) contains."""
+        present = {stem(t) for c in self.chunks for t in tokenize(chunk_text(c))}
+        return [t for t in terms if stem(t) not in present]
+
 
 def _useful(token: str, excluded: set[str]) -> bool:
-    return (
-        token not in excluded and token not in STOPWORDS and len(token) > 2 and not is_number(token)
-    )
+    return token not in excluded and useful_term(token)
 
 
 def _shares_stem(token: str, terms: set[str]) -> bool:
@@ -164,7 +183,8 @@ def _strip_question(query: str) -> str:
 
 def expand(query: str, ev: Evidence) -> list[list[str]]:
     terms = content_terms(query)
-    extra = ev.feedback_terms(terms, limit=4) or _inflections(terms)
+    related = ev.corpus.related_terms(query, terms, limit=4) if ev.corpus else []
+    extra = related or ev.feedback_terms(terms, limit=4) or _inflections(terms)
     base = _strip_question(query)
     return [[f"{base} {' '.join(extra[:k])}"] for k in (3, 4, 2, 1) if extra[:k]]
 
@@ -184,11 +204,6 @@ def narrow(query: str, ev: Evidence) -> list[list[str]]:
     return candidates
 
 
-_CLAUSE_SPLIT = re.compile(
-    r"\?\s+|;\s*|,?\s+(?:and|but|also|as well as)\s+(?=(?:what|which|who|whom|whose|when|where|"
-    r"why|how|is|are|was|were|does|do|did|can|could|should|will|would|has|have)\b)",
-    re.IGNORECASE,
-)
 _AND = re.compile(r"\s+(?:and|&)\s+", re.IGNORECASE)
 
 
@@ -215,7 +230,7 @@ def _and_subqueries(query: str) -> list[str]:
 
 def split_clauses(query: str) -> list[str]:
     """The parts of a multi-part question ("?", ";", ", and what ..."); one part if it has one."""
-    return [c.strip() for c in _CLAUSE_SPLIT.split(query) if content_terms(c)]
+    return [c.strip() for c in CLAUSE_SPLIT.split(query) if content_terms(c)]
 
 
 def relation_terms(query: str) -> list[str]:
@@ -231,7 +246,13 @@ def decompose(query: str, ev: Evidence) -> list[list[str]]:
     split = clauses if len(clauses) > 1 else _entity_subqueries(query) or _and_subqueries(query)
     terms = content_terms(query)
     relation = relation_terms(query)
-    bridges = [" ".join([b, *relation]) for b in ev.bridge_entities(query, limit=2)]
+    # the second hop asks the bridge for what the evidence still lacks
+    missing = [t for t in ev.missing_terms(relation) if t not in QUESTION_WORDS]
+    focus = [t for t in profile(query).focus if t in relation]
+    wanted = [h for h in ev.hints if h in relation] or missing or focus or relation
+    names = ev.bridge_entities(query, limit=2)
+    hinted = [n for n in names if n in ev.hints]  # the evaluator named the next hop: take it
+    bridges = [" ".join([b, *wanted]) for b in hinted or names]
     candidates: list[list[str]] = []
     if split:
         candidates.append(split[:3] + bridges[:1])
@@ -280,7 +301,9 @@ def hyde(query: str, ev: Evidence) -> list[list[str]]:
         (render(m) for pattern, render in _HYDE_PATTERNS if (m := pattern.match(question))),
         f"{' '.join(content_terms(question))} is",
     )
-    feedback = ev.feedback_terms(content_terms(query), limit=3)
+    terms = content_terms(query)
+    feedback = ev.corpus.related_terms(query, terms, limit=3) if ev.corpus else []
+    feedback = feedback or ev.feedback_terms(terms, limit=3)
     candidates = []
     if feedback:
         candidates.append([f"{sentence} {' '.join(feedback)}"])
@@ -288,13 +311,30 @@ def hyde(query: str, ev: Evidence) -> list[list[str]]:
     return candidates
 
 
+def _corpus_vocabulary(query: str, terms: list[str], corpus: Corpus) -> list[str]:
+    """The question's terms with each word the corpus never uses replaced by corpus words."""
+    shifted: list[str] = []
+    replaced = False
+    for term in terms:
+        if term in QUESTION_WORDS or corpus.mentions(term):
+            shifted.append(term)
+            continue
+        substitutes = corpus.substitutes(term, query, limit=2)
+        replaced = replaced or bool(substitutes)
+        shifted.extend(substitutes)
+    return shifted if replaced else []
+
+
 def perspective_shift(query: str, ev: Evidence) -> list[list[str]]:
     terms = content_terms(query)
     entities = entity_phrases(query)
+    in_corpus_words = _corpus_vocabulary(query, terms, ev.corpus) if ev.corpus else []
     # the words around the question's terms in the evidence; when no retrieved sentence shares
     # a term with the question (a full vocabulary mismatch), the evidence's salient terms
     neighbours = ev.neighbour_terms(terms, limit=5) or ev.feedback_terms(terms, limit=5)
     candidates: list[list[str]] = []
+    if in_corpus_words:
+        candidates.append([" ".join(in_corpus_words)])
     if neighbours:
         candidates.append([" ".join([*entities, *neighbours])])
         candidates.append([" ".join([*neighbours, *terms[:2]])])
@@ -334,10 +374,14 @@ def _fallbacks(query: str, ev: Evidence) -> Iterable[list[str]]:
 
 
 def rewrite(
-    strategy: ReformulationStrategy, query: str, history: list[LoopIteration]
+    strategy: ReformulationStrategy,
+    query: str,
+    history: list[LoopIteration],
+    corpus: Corpus | None = None,
 ) -> tuple[list[str], str]:
-    """New queries for ``strategy``, at least one never tried, and a note on how they were made."""
-    ev = Evidence.from_history(history)
+    """New queries for ``strategy``, at least one never tried, and a note on how they were made.
+    ``corpus`` lets the strategies consult the knowledge base itself."""
+    ev = Evidence.from_history(history, corpus)
     tried = tried_queries(query, history)
     for n, candidate in enumerate(STRATEGIES[strategy](query, ev)):
         fresh = [q for q in candidate if q.strip() and normalize_query(q) not in tried]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import threading
+
+import Stemmer
 
 _TOKEN = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _CAPITALISED = re.compile(r"[A-Z][\w'’\-.&]*")
@@ -49,6 +52,28 @@ def content_terms(text: str) -> list[str]:
     return out
 
 
+_stemmers = threading.local()
+
+
+def stem_words(words: list[str]) -> list[str]:
+    """English Snowball stems (PyStemmer, in C); one stemmer per thread, as they are not
+    thread-safe."""
+    stemmer = getattr(_stemmers, "stemmer", None)
+    if stemmer is None:
+        stemmer = _stemmers.stemmer = Stemmer.Stemmer("english")
+    return list(stemmer.stemWords(words))
+
+
+def stem(token: str) -> str:
+    """The English Snowball stem of a token."""
+    return stem_words([token])[0]
+
+
+def content_stems(text: str) -> set[str]:
+    """The stems of the text's content terms (for matching words across inflections)."""
+    return {stem(t) for t in content_terms(text)}
+
+
 def normalize_query(query: str) -> str:
     """The form used to tell whether two queries are the same: case, spacing and end
     punctuation do not count."""
@@ -92,7 +117,9 @@ def entity_phrases(text: str) -> list[str]:
         word = word.rstrip(".")
         opens_sentence = sentence_start and not run and word.lower() in STOPWORDS
         capitalised = bool(word) and bool(_CAPITALISED.fullmatch(word)) and not opens_sentence
-        if capitalised or (run and word.lower() in _CONNECTORS):
+        # a number continues a name ("Skylark 2", "Apollo 11")
+        numbered = bool(run) and bool(word) and word[0].isdigit() and len(word) <= 5
+        if capitalised or numbered or (run and word.lower() in _CONNECTORS):
             run.append(word)
         else:
             flush()
@@ -121,7 +148,8 @@ def split_sentences(text: str) -> list[str]:
         last_word = candidate.rsplit(None, 1)[-1] if candidate else ""
         last_word = last_word.lower().strip("\"')]").rstrip(".!?")
         initial = len(last_word) == 1 and last_word.isalpha()
-        if last_word in _ABBREVIATIONS or initial or "." in last_word:  # "U.S.", "J."
+        dotted = "." in last_word and not last_word[-1].isdigit()  # "U.S.", not "£4.95"
+        if last_word in _ABBREVIATIONS or initial or dotted:
             continue
         if candidate:
             sentences.append(candidate)
@@ -130,6 +158,24 @@ def split_sentences(text: str) -> list[str]:
     if tail:
         sentences.append(tail)
     return sentences
+
+
+_LIST_ITEM = re.compile(r"^\s*(?:[-*•+]|\d+[.)])\s+", re.MULTILINE)
+
+
+def sentence_units(text: str) -> list[str]:
+    """The sentences of a passage, with paragraphs, lines of a list and table rows kept apart
+    (``split_sentences`` alone would join a list's items into one sentence)."""
+    units: list[str] = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line for line in block.splitlines() if line.strip()]
+        if len(lines) > 1 and any(_LIST_ITEM.match(line) or "|" in line for line in lines):
+            pieces = [_LIST_ITEM.sub("", line).strip() for line in lines]
+        else:
+            pieces = [" ".join(line.strip() for line in lines)]
+        for piece in pieces:
+            units.extend(s for s in split_sentences(piece) if s.strip())
+    return units
 
 
 def count_tokens(text: str) -> int:

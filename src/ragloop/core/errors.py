@@ -13,6 +13,7 @@ Every exception ragloop raises on purpose derives from :class:`RagloopError`::
     ├── RetrievalLoopError   a RetrievalLoop caller callback (refine_query, should_continue)
     │                        raised; ``.iteration`` says after which iteration, the cause is
     │                        chained
+    ├── TraceNotFound        no stored trace has the id asked for (or a prefix matches several)
     └── ModelError           a chat model could not produce a reply (also: requests forbidden,
         │                    no API key, server unreachable, a body that is not the wire format)
         ├── ModelHTTPError   the provider answered with an error status; ``.status``, ``.body``
@@ -74,6 +75,10 @@ class RetrievalLoopError(RagloopError):
     def __init__(self, message: str, *, iteration: int) -> None:
         self.iteration = iteration
         super().__init__(f"{message} (after iteration {iteration})")
+
+
+class TraceNotFound(RagloopError):
+    """No stored trace has that id, or the prefix given matches several."""
 
 
 class ModelError(RagloopError):

@@ -29,6 +29,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ragloop.components.prompts import (
     agent_answer_prompt,
@@ -62,7 +63,7 @@ from ragloop.engines.tools import (
     search_request,
 )
 from ragloop.observability import llm, otel
-from ragloop.observability.events import EventKind
+from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
 
 logger = logging.getLogger("ragloop")
@@ -146,6 +147,18 @@ class AgentLoop:
             max_tool_calls_per_turn=self.max_tool_calls_per_turn,
             budget=budget,
         )
+
+    @classmethod
+    def offline(cls, kb_or_retriever: Any, **options: Any) -> AgentLoop:
+        """An agent loop that needs no model, over a :class:`~ragloop.KnowledgeBase` or a
+        retriever: :class:`~ragloop.OfflineController` drives it. ``options`` go to
+        ``AgentLoop`` (``max_iterations=``, ``collections=``, ...). See
+        :func:`ragloop.offline.agent_loop`."""
+        # The wiring lives in ragloop.offline, a floor above the engines; importing it here,
+        # at call time, keeps this module depending on protocols only.
+        from ragloop.offline import agent_loop
+
+        return agent_loop(kb_or_retriever, **options)
 
     @staticmethod
     def _check_tools(tools: Sequence[Tool]) -> dict[str, Tool]:
@@ -429,6 +442,7 @@ class _AgentRun:
                 call_id=step.call.id,
             ),
             failed=step.failed,
+            shown=step.chunks[:SHOWN_PER_SEARCH],
         )
 
     def _gather(self, chunks: list[Chunk]) -> None:
@@ -516,19 +530,23 @@ class _AgentRun:
         self.error = message if self.error is None else f"{self.error}; {message}"
 
     # -- events ---------------------------------------------------------------------------------
-    def _add_entry(self, entry: ToolHistoryEntry, *, failed: bool) -> None:
+    def _add_entry(
+        self, entry: ToolHistoryEntry, *, failed: bool, shown: Sequence[Chunk] = ()
+    ) -> None:
         self.history.append(entry)
+        attributes: dict[str, object] = {
+            "tool": entry.tool,
+            "call_id": entry.call_id,
+            "returned_count": len(entry.returned_chunk_ids),
+            "history_size": len(self.history),
+            "failed": failed,
+        }
+        content: dict[str, object] = {"args": entry.args, "summary": entry.summary}
+        if shown:
+            attributes["chunks"] = chunk_refs(shown)
+            content["chunk_texts"] = [c.content for c in shown]
         self.telemetry.event(
-            EventKind.TOOL_CALL,
-            iteration=entry.iteration,
-            attributes={
-                "tool": entry.tool,
-                "call_id": entry.call_id,
-                "returned_count": len(entry.returned_chunk_ids),
-                "history_size": len(self.history),
-                "failed": failed,
-            },
-            content={"args": entry.args, "summary": entry.summary},
+            EventKind.TOOL_CALL, iteration=entry.iteration, attributes=attributes, content=content
         )
 
     def _turn_event(self, turn: int, response: ModelResponse | None) -> None:

@@ -42,7 +42,7 @@ from ragloop.core.rag_records import (
 )
 from ragloop.core.records import Chunk, StopReason, Usage
 from ragloop.observability import otel
-from ragloop.observability.events import EventKind
+from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
 
 T = TypeVar("T")
@@ -146,6 +146,19 @@ class RAGLoop:
         self.evaluator = evaluator
         self.reformulator = reformulator
         self.config = config or LoopConfig()
+
+    @classmethod
+    def offline(cls, kb_or_retriever: Any, **config: Any) -> RAGLoop:
+        """A loop that needs no LLM, over a :class:`~ragloop.KnowledgeBase` or a retriever:
+        :class:`~ragloop.ExtractiveGenerator`, :class:`~ragloop.HeuristicEvaluator` and
+        :class:`~ragloop.HeuristicReformulator`, consulting the knowledge base. ``config``
+        holds :class:`LoopConfig` fields, or replaces a component (``generator=``, ...).
+        See :func:`ragloop.offline.rag_loop`."""
+        # The wiring lives in ragloop.offline, a floor above the engines; importing it here,
+        # at call time, keeps this module depending on protocols only.
+        from ragloop.offline import rag_loop
+
+        return rag_loop(kb_or_retriever, **config)
 
     def run(self, query: str) -> LoopResult:
         """Run the loop to convergence, exhaustion or a stop. Blocks; sync components run
@@ -390,8 +403,16 @@ class _Run:
                 "repeated_count": len(it.repeated_queries),
                 "strategy": it.strategy.value if it.strategy else None,
                 "timings_ms": it.timings_ms,
+                "confidence": it.confidence,
+                "chunks": chunk_refs(it.chunks),
             },
-            content={"queries": it.queries, "answer": it.answer, "reason": it.evaluation.reason},
+            content={
+                "queries": it.queries,
+                "answer": it.answer,
+                "reason": it.evaluation.reason,
+                "reasoning": it.reasoning,
+                "chunk_texts": [c.content for c in it.chunks],
+            },
         )
 
 

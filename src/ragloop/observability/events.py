@@ -20,7 +20,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import TracebackType
@@ -28,6 +28,7 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragloop.core.records import Chunk
 from ragloop.observability import otel
 
 logger = logging.getLogger("ragloop")
@@ -129,6 +130,19 @@ def emit(event: LoopEvent) -> None:
         f"ragloop.{event.kind.value}",
         {"engine": event.engine, "iteration": event.iteration, **event.attributes},
     )
+
+
+def chunk_refs(chunks: Sequence[Chunk]) -> list[dict[str, Any]]:
+    """What events record about chunks without content capture: id, source, title, score."""
+    return [
+        {
+            "id": c.id,
+            "source": c.source,
+            "title": c.metadata.get("title"),
+            "score": round(c.score, 6),
+        }
+        for c in chunks
+    ]
 
 
 class JsonFormatter(logging.Formatter):

@@ -29,3 +29,10 @@ def trace_content_enabled() -> bool:
     if _override is not None:
         return _override
     return os.environ.get(CONTENT_ENV, "").strip().lower() in _TRUE
+
+
+def trace_content_configured() -> bool:
+    """Whether anyone chose: :func:`set_trace_content` was called with True or False, or
+    ``RAGLOOP_TRACE_CONTENT`` is set. Tools that store traces locally (``ragloop ask``) turn
+    capture on only when nobody chose."""
+    return _override is not None or bool(os.environ.get(CONTENT_ENV, "").strip())

@@ -15,39 +15,28 @@ does, with FTS5's idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6.
 from __future__ import annotations
 
 import math
-import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import Stemmer
 
-from ragloop.components.text import STOPWORDS, tokenize
+from ragloop.components.text import STOPWORDS, stem_words, tokenize
 from ragloop.retrieval.store import BM25_B, BM25_K1
 
 K1 = BM25_K1
 B = BM25_B
-_local = threading.local()
-
-
-def _stem(words: list[str]) -> list[str]:
-    # PyStemmer (Snowball in C) stemmers are not thread-safe: one per thread
-    stemmer = getattr(_local, "stemmer", None)
-    if stemmer is None:
-        stemmer = _local.stemmer = Stemmer.Stemmer("english")
-    return list(stemmer.stemWords(words))
 
 
 def stems(text: str) -> list[str]:
     """Every token of a text, Snowball-stemmed (stopwords kept: for phrase matching)."""
-    return _stem(tokenize(text))
+    return stem_words(tokenize(text))
 
 
 def analyze(text: str) -> list[str]:
     """The index terms of a text: tokens, stopwords dropped, Snowball-stemmed."""
-    return _stem([t for t in tokenize(text) if t not in STOPWORDS])
+    return stem_words([t for t in tokenize(text) if t not in STOPWORDS])
 
 
 def query_words(query: str) -> list[str]:

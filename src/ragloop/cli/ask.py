@@ -1,0 +1,259 @@
+"""ragloop ask QUESTION: answer from the knowledge base, showing every iteration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, traces_file
+from ragloop.cli.demo import open_demo
+from ragloop.cli.display import LiveSteps, render_answer
+from ragloop.core.agent_records import AgentResult
+from ragloop.core.errors import RagloopError
+from ragloop.core.rag_records import LoopResult
+from ragloop.demo import DEMO_QUESTIONS, DEMO_TOP_K, demo_kb_path
+from ragloop.observability.events import listen
+from ragloop.observability.settings import set_trace_content, trace_content_configured
+from ragloop.observability.traces import TraceRecorder, TraceStore
+from ragloop.offline import ENGINES
+from ragloop.providers import resolve_model
+from ragloop.retrieval.knowledge_base import KnowledgeBase
+
+Result = LoopResult | AgentResult
+
+
+def build_engine(
+    engine: str, kb: KnowledgeBase, model_spec: str | None, settings: dict[str, Any]
+) -> Any:
+    builder = ENGINES.get(engine)
+    if builder is None:
+        raise click.ClickException(
+            f"the {engine} engine is not available in this build of ragloop; "
+            f"use one of: {', '.join(sorted(ENGINES))}"
+        )
+    try:
+        model = resolve_model(model_spec)
+        if engine != "rag":
+            settings.pop("confidence_threshold", None)
+        return builder(kb, model=model, **settings)
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
+
+
+def describe_stop(result: Result) -> str:
+    if isinstance(result, LoopResult):
+        if not result.trace:
+            return "before any iteration finished"
+        best = result.best_iteration
+        return (
+            f"after {result.iterations} iteration(s); best: iteration {best.iteration}, "
+            f"score {best.evaluation.score:.2f}"
+        )
+    searches = sum(1 for e in result.tool_history if e.tool == "search")
+    return f"after {result.iterations} turn(s), {searches} search(es)"
+
+
+def heading(text: str, n: int, total: int, *, demo: bool) -> str:
+    if not demo:
+        return f"[bold]{text}[/]"
+    return f"[dim]{n}/{total} · {DEMO_QUESTIONS[n - 1].kind}[/]  [bold]{text}[/]"
+
+
+def show_heading(text: str, n: int, total: int, *, demo: bool) -> None:
+    console.rule(heading(text, n, total, demo=demo), align="left")
+    if demo:
+        console.print(f"[dim italic]{DEMO_QUESTIONS[n - 1].shows}[/]\n")
+
+
+def run_one(
+    loop: Any, question: str, *, quiet: bool, recorder: TraceRecorder
+) -> tuple[Result, str | None]:
+    """Run the loop on one question; print its steps live unless ``quiet``."""
+    before = set(recorder.records)
+    if quiet:
+        result: Result = loop.run(question)
+    else:
+        with (
+            console.status("retrieving…") as status,
+            listen(LiveSteps(console, on_step=lambda: status.update("next iteration…"))),
+        ):
+            result = loop.run(question)
+    new = [rid for rid in recorder.records if rid not in before]
+    return result, new[-1] if new else None
+
+
+@click.command()
+@click.argument("question", required=False)
+@kb_option
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Use the demo knowledge base; with no QUESTION, ask every demo question.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["rag", "agent", "retrieval"]),
+    default="rag",
+    show_default=True,
+    help="Which loop answers.",
+)
+@click.option(
+    "--model",
+    "model_spec",
+    default=None,
+    metavar="SPEC",
+    help="offline (default), openai:MODEL, anthropic:MODEL or "
+    "openai-compatible:BASE_URL#MODEL: the LLM components replace the offline ones.",
+)
+@click.option(
+    "--max-iterations",
+    type=click.IntRange(1, 50),
+    default=None,
+    help="Iterations (rag) or turns (agent) at most.",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    help="Evaluation score that ends the rag loop (default 0.8).",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 100),
+    default=None,
+    help="Chunks per retrieval (rag; default 5, 3 with --demo).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
+@click.option(
+    "--trace-out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write the run's trace to this JSON file.",
+)
+def ask(
+    question: str | None,
+    kb_location: str | None,
+    demo: bool,
+    engine: str,
+    model_spec: str | None,
+    max_iterations: int | None,
+    threshold: float | None,
+    top_k: int | None,
+    as_json: bool,
+    trace_out: Path | None,
+) -> None:
+    """Answer QUESTION from the knowledge base, showing each iteration of the loop.
+
+    Works offline by default. Every run is stored as a trace beside the knowledge base
+    (see `ragloop traces`); RAGLOOP_TRACE_CONTENT=0 leaves document and prompt text out.
+    """
+    if question is None and not demo:
+        raise click.UsageError("give a QUESTION, or --demo to ask the demo questions")
+    if kb_location is not None and demo:
+        raise click.UsageError("--kb and --demo name two knowledge bases; give one")
+    if not trace_content_configured():
+        set_trace_content(True)  # a local trace of your own question: keep its text
+    settings: dict[str, Any] = {"max_iterations": max_iterations, "confidence_threshold": threshold}
+    if engine == "rag":
+        settings["top_k"] = DEMO_TOP_K if top_k is None and demo else top_k
+    settings = {k: v for k, v in settings.items() if v is not None}
+    questions = [question] if question is not None else [q.text for q in DEMO_QUESTIONS]
+    kb = open_demo() if demo else open_kb(kb_location, create=False)
+    location = str(demo_kb_path()) if demo else kb_location
+    store = TraceStore(traces_file(location))
+    meta = {
+        "kb": str(kb.path or "postgresql"),
+        "engine": engine,
+        "model": model_spec or "offline",
+        **settings,
+    }
+    try:
+        loop = build_engine(engine, kb, model_spec, dict(settings))
+        with TraceRecorder(store, meta=meta) as recorder:
+            outcomes = [
+                ask_one(
+                    loop,
+                    text,
+                    n,
+                    len(questions),
+                    recorder,
+                    demo=demo,
+                    listing=question is None,
+                    quiet=as_json,
+                )
+                for n, text in enumerate(questions, 1)
+            ]
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        kb.close()
+        store.close()
+    single = question is not None
+    if trace_out is not None:
+        traces = [recorder.records[t].model_dump(mode="json") for _, t in outcomes if t]
+        data = traces[0] if single and traces else traces
+        trace_out.write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    if as_json:
+        results = [r.model_dump(mode="json") for r, _ in outcomes]
+        print_json(results[0] if single else results)
+        return
+    if not single:
+        show_summary([r for r, _ in outcomes])
+    if demo and kb.embedder is None:
+        errors.print(
+            "[yellow]note:[/] keyword search only: the MiniLM embedder could not be loaded "
+            "(see `ragloop kb stats`), so the documents' vocabulary is matched by words alone"
+        )
+
+
+def ask_one(
+    loop: Any,
+    text: str,
+    n: int,
+    total: int,
+    recorder: TraceRecorder,
+    *,
+    demo: bool,
+    listing: bool,
+    quiet: bool,
+) -> tuple[Result, str | None]:
+    """Ask one question: its heading, its steps as they happen, its answer and trace id."""
+    if not quiet:
+        show_heading(text, n, total, demo=listing)
+    result, trace_id = run_one(loop, text, quiet=quiet, recorder=recorder)
+    if not quiet:
+        console.print(render_answer(result.answer, result.stop_reason.value, describe_stop(result)))
+        if trace_id:
+            where = " --demo" if demo else ""
+            console.print(
+                f"[dim]trace {trace_id[:12]}: ragloop traces show {trace_id[:12]}{where}[/]\n"
+            )
+    return result, trace_id
+
+
+def show_summary(results: list[Result]) -> None:
+    table = Table(title="demo questions", title_justify="left")
+    table.add_column("question", no_wrap=True)
+    table.add_column("iterations", justify="right")
+    table.add_column("strategies", no_wrap=True)
+    table.add_column("stopped")
+    table.add_column("facts found")
+    for demo_question, result in zip(DEMO_QUESTIONS, results, strict=True):
+        strategies = (
+            [it.strategy.value for it in result.trace if it.strategy]
+            if isinstance(result, LoopResult)
+            else [e.tool for e in result.tool_history]
+        )
+        found = [f for f in demo_question.facts if f in (result.answer or "")]
+        table.add_row(
+            demo_question.kind,
+            str(result.iterations),
+            ", ".join(strategies) or "-",
+            result.stop_reason.value,
+            f"{len(found)}/{len(demo_question.facts)}: {', '.join(found) or '-'}",
+        )
+    console.print(table)

@@ -1,0 +1,104 @@
+"""ragloop traces ...: the stored runs of `ragloop ask`, listed, shown and exported."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+
+from ragloop.cli.common import console, kb_option, print_json, traces_file
+from ragloop.cli.display import print_trace
+from ragloop.core.errors import TraceNotFound
+from ragloop.demo import demo_kb_path
+from ragloop.observability.report_html import render_html
+from ragloop.observability.traces import TraceRecord, TraceStore
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def demo_option(function: F) -> F:
+    return click.option("--demo", is_flag=True, help="The demo knowledge base's traces.")(function)
+
+
+def open_store(kb_location: str | None, demo: bool) -> TraceStore:
+    if kb_location is not None and demo:
+        raise click.UsageError("--kb and --demo name two knowledge bases; give one")
+    return TraceStore(traces_file(str(demo_kb_path()) if demo else kb_location))
+
+
+def load(store: TraceStore, trace_id: str) -> TraceRecord:
+    try:
+        return store.get(trace_id)
+    except TraceNotFound as error:
+        raise click.ClickException(str(error)) from None
+
+
+@click.group(name="traces")
+def traces_group() -> None:
+    """Look at the runs `ragloop ask` stored."""
+
+
+@traces_group.command(name="list")
+@kb_option
+@demo_option
+@click.option("--limit", "-n", type=click.IntRange(1, 10000), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the traces as JSON.")
+def list_traces(kb_location: str | None, demo: bool, limit: int, as_json: bool) -> None:
+    """The latest traces, newest first."""
+    store = open_store(kb_location, demo)
+    records = store.list(limit)
+    store.close()
+    if as_json:
+        print_json([r.model_dump(mode="json", exclude={"events"}) for r in records])
+        return
+    if not records:
+        console.print(f"no traces yet in {store.path}")
+        return
+    table = Table(title=str(store.path), title_justify="left")
+    for column in ("id", "when", "engine", "question", "iterations", "stopped"):
+        table.add_column(column, justify="right" if column == "iterations" else "left")
+    for r in records:
+        when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M")
+        question = r.question or "[dim](not recorded)[/]"
+        table.add_row(r.id[:12], when, r.engine, question, str(r.iterations), r.stop_reason or "-")
+    console.print(table)
+
+
+@traces_group.command()
+@click.argument("trace_id")
+@kb_option
+@demo_option
+@click.option("--json", "as_json", is_flag=True, help="Print the whole trace as JSON.")
+def show(trace_id: str, kb_location: str | None, demo: bool, as_json: bool) -> None:
+    """One trace (TRACE_ID or the start of it), step by step."""
+    store = open_store(kb_location, demo)
+    record = load(store, trace_id)
+    store.close()
+    if as_json:
+        print_json(record.model_dump(mode="json"))
+    else:
+        print_trace(console, record)
+
+
+@traces_group.command()
+@click.argument("trace_id")
+@kb_option
+@demo_option
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Write a self-contained HTML page here.",
+)
+def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -> None:
+    """Write a trace as a self-contained HTML page (no scripts, nothing loaded)."""
+    store = open_store(kb_location, demo)
+    record = load(store, trace_id)
+    store.close()
+    html_out.write_text(render_html(record), encoding="utf-8")
+    console.print(f"wrote {html_out}")

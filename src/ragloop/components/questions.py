@@ -1,0 +1,173 @@
+"""What a question asks for, read without a model: its terms, entities, parts and answer type.
+
+The offline generator, evaluator and controller all start from a :class:`QuestionProfile`:
+
+- ``terms``: the content terms, minus the words that only say what kind of answer is wanted
+  ("how *long*", "how *heavy*");
+- ``entities``: capitalised runs and quoted titles (``text.entity_phrases``);
+- ``parts``: the clauses of a multi-part question ("..., and how long does delivery take?");
+- ``focus``: the thing a "what is the X ..." question asks for (``X``), which an answer must
+  name;
+- ``answer_type``: what a sentence must contain to answer it (a duration, an amount, a weight,
+  a date, a time, a number, a person or place, a reason, or ``yesno``), found by
+  :func:`gives_answer_type`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ragloop.components.text import content_terms, entity_phrases, stem, tokenize
+
+# A clause boundary: "?", ";", or a conjunction followed by a question word or an auxiliary.
+CLAUSE_SPLIT = re.compile(
+    r"\?\s+|;\s*|,?\s+(?:and|but|also|as well as)\s+(?=(?:what|which|who|whom|whose|when|where|"
+    r"why|how|is|are|was|were|does|do|did|can|could|should|will|would|has|have)\b)",
+    re.IGNORECASE,
+)
+
+# (question pattern, answer type, words of the cue that are not content terms); first match wins
+_TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
+    (re.compile(r"\bhow heavy\b|\bhow much\b.*\bweigh", re.I), "weight", frozenset({"heavy"})),
+    (
+        re.compile(
+            r"\bhow much\b.*\b(?:cost|price|pay|charge|fee)"
+            r"|\bwhat (?:does|do|is)\b.*\b(?:cost|price)\b",
+            re.I,
+        ),
+        "amount",
+        frozenset(),
+    ),
+    (
+        re.compile(
+            r"\bhow (?:long|soon|often)\b|\bhow many (?:days|weeks|months|years|hours|minutes)\b",
+            re.I,
+        ),
+        "duration",
+        frozenset({"long", "soon", "often"}),
+    ),
+    (
+        re.compile(r"\bhow (?:many|much|far|old|big|tall|high)\b", re.I),
+        "number",
+        frozenset({"far", "old", "big", "tall", "high"}),
+    ),
+    (
+        re.compile(r"\bwhat time\b|\bopening (?:hours|times)\b|\bwhen\b.*\bopen\b", re.I),
+        "time",
+        frozenset({"time"}),
+    ),
+    (
+        re.compile(r"^\s*(?:in )?what year\b|^\s*when\b|\bwhich year\b|\bwhat date\b", re.I),
+        "date",
+        frozenset({"year", "date"}),
+    ),
+    (re.compile(r"^\s*(?:who|whom)\b|\bwhose\b|\bwhich person\b", re.I), "person", frozenset()),
+    (
+        re.compile(r"^\s*where\b|\b(?:what|which) (?:city|town|country|state|county)\b", re.I),
+        "place",
+        frozenset(),
+    ),
+    (re.compile(r"^\s*why\b", re.I), "reason", frozenset()),
+    (
+        re.compile(
+            r"^\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|should|will)\b", re.I
+        ),
+        "yesno",
+        frozenset(),
+    ),
+]
+
+# "What is the warranty on ...", "Which magazine ...": the thing asked for comes first
+_FOCUS = re.compile(
+    r"^\s*(?:what|which)\s+(?:(?:is|are|was|were)\s+)?(?:the\s+|a\s+|an\s+)?([\w'-]+)", re.I
+)
+
+_NUMBER_WORDS = (
+    "one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty "
+    "fifty hundred thousand million half dozen"
+).split()
+_NUM = r"(?:\d[\d,.]*|" + "|".join(_NUMBER_WORDS) + r")"
+_UNIT_PATTERNS: dict[str, re.Pattern[str]] = {
+    "weight": re.compile(
+        rf"\b{_NUM}\s*(?:kg|g|grams?|kilo(?:gram)?s?|lbs?|pounds|oz|ounces)\b", re.I
+    ),
+    "amount": re.compile(
+        rf"[£$€]\s?\d|\b{_NUM}\s*(?:pounds|dollars|euros|pence|p)\b|\bfree\b", re.I
+    ),
+    "duration": re.compile(
+        rf"\b{_NUM}(?:\s+or\s+{_NUM})?(?:\s+to\s+{_NUM})?\s+(?:working\s+|business\s+)?"
+        r"(?:seconds?|minutes?|hours?|days?|nights?|weeks?|fortnights?|months?|years?|seasons?)\b"
+        r"|\blifetime\b|\bovernight\b",
+        re.I,
+    ),
+    "number": re.compile(rf"\b{_NUM}\b", re.I),
+    "reason": re.compile(
+        r"\b(?:because|since|so|as a result|due to|therefore|which means|otherwise|to prevent|"
+        r"in order to)\b|:",
+        re.I,
+    ),
+    "time": re.compile(r"\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b\d{1,2}:\d{2}\b", re.I),
+    "date": re.compile(
+        r"\b(?:1[5-9]\d\d|20\d\d)s?\b|\b(?:january|february|march|april|may|june|july|august|"
+        r"september|october|november|december|spring|summer|autumn|winter)\b",
+        re.I,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class QuestionProfile:
+    """A question taken apart (see the module docstring)."""
+
+    text: str
+    terms: list[str]
+    entities: list[str]
+    parts: list[str]
+    answer_type: str | None
+    stems: frozenset[str] = frozenset()
+    focus: tuple[str, ...] = ()
+
+    @property
+    def is_multi_part(self) -> bool:
+        return len(self.parts) > 1
+
+
+def question_parts(question: str) -> list[str]:
+    """The clauses of a multi-part question (a one-element list for a simple one)."""
+    parts = [p.strip(" ,") for p in CLAUSE_SPLIT.split(question.strip()) if content_terms(p)]
+    return parts or [question.strip()]
+
+
+def profile(question: str) -> QuestionProfile:
+    """Take a question apart (see :class:`QuestionProfile`)."""
+    answer_type: str | None = None
+    cue_words: frozenset[str] = frozenset()
+    for pattern, kind, words in _TYPE_CUES:
+        if pattern.search(question):
+            answer_type, cue_words = kind, words
+            break
+    terms = [t for t in content_terms(question) if t not in cue_words]
+    focus = _FOCUS.match(question)
+    return QuestionProfile(
+        text=question,
+        terms=terms,
+        entities=entity_phrases(question),
+        parts=question_parts(question),
+        answer_type=answer_type,
+        stems=frozenset(stem(t) for t in terms),
+        focus=tuple(t for t in content_terms(focus[1]) if t in terms) if focus else (),
+    )
+
+
+def gives_answer_type(answer_type: str | None, sentence: str, question: str = "") -> bool:
+    """Whether ``sentence`` holds something of the kind the question asks for. Persons and
+    places are capitalised names the question does not already contain; a yes/no question (and
+    one with no type) accepts any sentence."""
+    if answer_type is None or answer_type == "yesno":
+        return True
+    pattern = _UNIT_PATTERNS.get(answer_type)
+    if pattern is not None:
+        return bool(pattern.search(sentence))
+    asked = {t for e in entity_phrases(question) for t in tokenize(e)} | set(tokenize(question))
+    return any(not set(tokenize(e)) <= asked for e in entity_phrases(sentence))

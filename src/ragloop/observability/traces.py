@@ -1,0 +1,357 @@
+"""Stored traces: the events of a run, kept in a SQLite file to look at later.
+
+A :class:`TraceRecorder` listens to the event stream every engine emits (:mod:`.events`), keeps
+each run's events, and when a run finishes writes them to a :class:`TraceStore` as one
+:class:`TraceRecord`. Nothing here knows an engine's internals: what a trace shows is what the
+events say, so a new engine's runs are stored as soon as it emits events.
+
+Content follows the telemetry switch (:func:`~ragloop.set_trace_content` /
+``RAGLOOP_TRACE_CONTENT``): with capture off, a stored trace keeps the structure of the run
+(iterations, strategies, scores, chunk ids, sources and scores) but no question, query, answer
+or document text; ``TraceRecord.content`` says which kind a trace is.
+
+The store is its own SQLite file, beside the knowledge base by default
+(:func:`traces_path_for`): traces are the user's history, not the corpus, so a knowledge base can
+be shared or rebuilt without them, and a read-only or cached knowledge base still gets traces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ragloop.core.errors import TraceNotFound
+from ragloop.observability.events import EventKind, Listening, LoopEvent, listen
+from ragloop.observability.settings import trace_content_enabled
+
+_SCHEMA = [
+    (
+        1,
+        """
+        CREATE TABLE traces (
+            id TEXT PRIMARY KEY,
+            engine TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            question TEXT,
+            answer TEXT,
+            stop_reason TEXT,
+            iterations INTEGER NOT NULL DEFAULT 0,
+            content INTEGER NOT NULL,
+            meta TEXT NOT NULL DEFAULT '{}',
+            events TEXT NOT NULL
+        );
+        CREATE INDEX traces_started ON traces (started_at);
+        """,
+    ),
+]
+
+
+class TraceRecord(BaseModel):
+    """One stored run: a summary and the events it emitted, in order."""
+
+    id: str
+    engine: str
+    started_at: float
+    finished_at: float | None = None
+    question: str | None = None
+    answer: str | None = None
+    stop_reason: str | None = None
+    iterations: int = 0
+    content: bool = False
+    meta: dict[str, Any] = Field(default_factory=dict)
+    events: list[LoopEvent] = Field(default_factory=list)
+
+    @classmethod
+    def from_events(
+        cls, events: list[LoopEvent], *, content: bool, meta: Mapping[str, Any] | None = None
+    ) -> TraceRecord:
+        if not events:
+            raise ValueError("a trace needs at least one event")
+        first, last = events[0], events[-1]
+        finished = last if last.kind is EventKind.RUN_FINISHED else None
+        answer = finished.attributes.get("answer") if finished else None
+        question = first.attributes.get("question")
+        return cls(
+            id=first.run_id,
+            engine=first.engine,
+            started_at=first.timestamp,
+            finished_at=finished.timestamp if finished else None,
+            question=question if isinstance(question, str) else None,
+            answer=answer if isinstance(answer, str) else None,
+            stop_reason=str(finished.attributes.get("stop_reason")) if finished else None,
+            iterations=int(finished.attributes.get("iterations") or 0) if finished else 0,
+            content=content,
+            meta=dict(meta or {}),
+            events=list(events),
+        )
+
+    @property
+    def duration_ms(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return round((self.finished_at - self.started_at) * 1000.0, 1)
+
+
+def traces_path_for(kb_path: str | os.PathLike[str]) -> Path:
+    """The trace file beside a knowledge base: ``kb.sqlite`` -> ``kb.traces.sqlite``."""
+    path = Path(kb_path)
+    return path.with_name(f"{path.stem}.traces.sqlite")
+
+
+class TraceStore:
+    """Traces in one SQLite file (created on first write; WAL, numbered migrations)."""
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
+        self.path = Path(path).expanduser()
+        self.timeout_s = timeout_s
+        self._local = threading.local()
+
+    @property
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=self.timeout_s)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
+            self._migrate(conn)
+            self._local.conn = conn
+        return conn
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        with conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY)")
+            done = {row[0] for row in conn.execute("SELECT version FROM _migrations")}
+            for version, script in _SCHEMA:
+                if version not in done:
+                    conn.executescript(f"BEGIN; {script} COMMIT;")
+                    conn.execute("INSERT INTO _migrations (version) VALUES (?)", (version,))
+
+    def save(self, record: TraceRecord) -> None:
+        events = json.dumps([e.model_dump(mode="json") for e in record.events], ensure_ascii=False)
+        with self._conn() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO traces (id, engine, started_at, finished_at, question, "
+                "answer, stop_reason, iterations, content, meta, events) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    record.engine,
+                    record.started_at,
+                    record.finished_at,
+                    record.question,
+                    record.answer,
+                    record.stop_reason,
+                    record.iterations,
+                    int(record.content),
+                    json.dumps(record.meta, ensure_ascii=False, default=str),
+                    events,
+                ),
+            )
+
+    def list(self, limit: int = 50) -> list[TraceRecord]:
+        """The latest traces, newest first (without their events)."""
+        if not self.exists:
+            return []
+        rows = self._conn().execute(
+            "SELECT id, engine, started_at, finished_at, question, answer, stop_reason, "
+            "iterations, content, meta FROM traces ORDER BY started_at DESC LIMIT ?",
+            (limit,),
+        )
+        return [self._record(row, "[]") for row in rows]
+
+    def get(self, trace_id: str) -> TraceRecord:
+        """The trace with this id, or the only one whose id starts with it."""
+        if not self.exists:
+            raise TraceNotFound(f"no traces at {self.path}")
+        pattern = trace_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT id, engine, started_at, finished_at, question, answer, stop_reason, "
+                "iterations, content, meta, events FROM traces WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                (pattern,),
+            )
+            .fetchall()
+        )
+        if not rows:
+            raise TraceNotFound(f"no trace {trace_id!r} in {self.path}")
+        if len(rows) > 1:
+            raise TraceNotFound(f"{trace_id!r} matches several traces; give more of the id")
+        return self._record(rows[0][:-1], rows[0][-1])
+
+    @staticmethod
+    def _record(row: tuple[Any, ...], events: str) -> TraceRecord:
+        keys = (
+            "id engine started_at finished_at question answer stop_reason iterations content meta"
+        ).split()
+        data = dict(zip(keys, row, strict=True))
+        data["content"] = bool(data["content"])
+        data["meta"] = json.loads(data["meta"])
+        data["events"] = json.loads(events)
+        return TraceRecord.model_validate(data)
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+
+class TraceRecorder:
+    """Records the runs that happen while it listens (use it as a context manager).
+
+    Each finished run becomes a :class:`TraceRecord` in ``records`` (by run id) and, given a
+    ``store``, is saved there. ``meta`` is stored with every record (the knowledge base, the
+    model, the settings of the command that ran it).
+    """
+
+    def __init__(
+        self, store: TraceStore | None = None, *, meta: Mapping[str, Any] | None = None
+    ) -> None:
+        self.store = store
+        self.meta = dict(meta or {})
+        self.records: dict[str, TraceRecord] = {}
+        self._events: dict[str, list[LoopEvent]] = {}
+        self._lock = threading.Lock()
+        self._listening: Listening | None = None
+
+    def __call__(self, event: LoopEvent) -> None:
+        with self._lock:
+            events = self._events.setdefault(event.run_id, [])
+            events.append(event)
+            if event.kind is not EventKind.RUN_FINISHED:
+                return
+            del self._events[event.run_id]
+        record = TraceRecord.from_events(events, content=trace_content_enabled(), meta=self.meta)
+        self.records[record.id] = record
+        if self.store is not None:
+            self.store.save(record)
+
+    def __enter__(self) -> TraceRecorder:
+        self._listening = listen(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._listening is not None:
+            self._listening.close()
+            self._listening = None
+
+
+@contextmanager
+def recording(
+    store: TraceStore | None = None, *, meta: Mapping[str, Any] | None = None
+) -> Iterator[TraceRecorder]:
+    """``with recording(store) as recorder: loop.run(q)`` stores the run's trace."""
+    with TraceRecorder(store, meta=meta) as recorder:
+        yield recorder
+
+
+# -- reading a trace ----------------------------------------------------------------------------
+
+
+@dataclass
+class TraceChunk:
+    id: str
+    source: str
+    score: float
+    title: str | None = None
+    text: str | None = None
+
+
+@dataclass
+class TraceStep:
+    """One iteration (RAGLoop) or controller turn (AgentLoop) of a stored run, as shown."""
+
+    number: int
+    queries: list[str] = field(default_factory=list)
+    strategy: str | None = None
+    reasoning: str | None = None
+    chunks: list[TraceChunk] = field(default_factory=list)
+    score: float | None = None
+    reason: str | None = None
+    answer: str | None = None
+    note: str | None = None  # an agent controller's text
+    tools: list[str] = field(default_factory=list)
+    at: float = 0.0
+
+    @property
+    def best_chunk_score(self) -> float | None:
+        return max((c.score for c in self.chunks), default=None)
+
+
+def _chunks(attributes: Mapping[str, Any]) -> list[TraceChunk]:
+    refs = attributes.get("chunks") or []
+    texts = attributes.get("chunk_texts") or []
+    out = []
+    for i, ref in enumerate(refs):
+        if isinstance(ref, dict):
+            text = texts[i] if i < len(texts) and isinstance(texts[i], str) else None
+            out.append(
+                TraceChunk(
+                    id=str(ref.get("id", "")),
+                    source=str(ref.get("source", "")),
+                    score=float(ref.get("score") or 0.0),
+                    title=ref.get("title"),
+                    text=text,
+                )
+            )
+    return out
+
+
+def trace_steps(record: TraceRecord) -> list[TraceStep]:
+    """The steps of a stored run, read from its events: RAGLoop iterations, AgentLoop turns
+    (their tool calls and the chunks their searches returned)."""
+    steps: dict[int, TraceStep] = {}
+    for event in record.events:
+        if event.iteration is None or event.kind not in (EventKind.ITERATION, EventKind.TOOL_CALL):
+            continue
+        a = event.attributes
+        number = event.iteration + 1 if record.engine == "agent" else event.iteration
+        step = steps.setdefault(number, TraceStep(number=number, at=event.timestamp))
+        if event.kind is EventKind.TOOL_CALL:
+            tool = str(a.get("tool"))
+            step.tools.append(tool)
+            raw = a.get("args")
+            args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+            if tool == "search" and isinstance(args.get("query"), str):
+                step.queries.append(args["query"])
+            if tool in ("answer", "synthesis") and isinstance(args.get("text"), str):
+                step.answer = args["text"]
+            step.chunks += _chunks(a)
+            continue
+        queries = a.get("queries")
+        if isinstance(queries, list):
+            step.queries = [str(q) for q in queries]
+        step.strategy = a.get("strategy") or step.strategy
+        step.reasoning = a.get("reasoning") if isinstance(a.get("reasoning"), str) else None
+        score = a.get("score")
+        step.score = float(score) if isinstance(score, int | float) else None
+        step.reason = a.get("reason") if isinstance(a.get("reason"), str) else None
+        if isinstance(a.get("answer"), str):
+            step.answer = a["answer"]
+        if isinstance(a.get("text"), str) and a["text"]:
+            step.note = a["text"]
+        if a.get("chunks"):
+            step.chunks = _chunks(a)
+    return [steps[n] for n in sorted(steps)]

@@ -1,0 +1,117 @@
+"""Wiring of the defaults: one call to get an engine that answers from a knowledge base.
+
+With no model, every engine gets the LLM-free components (see ``docs/offline.md``); with a
+model (a :class:`~ragloop.ChatModel`, e.g. from ``ragloop.resolve_model``), the LLM components
+take their place. The engines' ``offline`` classmethods call these functions; they import this
+module only inside the classmethod, because this module sits above the engines (floor 4) and the
+engines must keep depending on protocols alone.
+
+One section per engine: RAGLoop, AgentLoop (and RetrievalLoop, wired the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragloop.components.controller import OfflineController
+from ragloop.components.corpus import Corpus
+from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
+from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
+from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
+from ragloop.core.calls import has_method
+from ragloop.core.errors import ConfigError
+from ragloop.core.protocols import ChatModel, Retriever
+from ragloop.engines.agent import AgentLoop, SearchFn
+from ragloop.engines.rag import LoopConfig, RAGLoop
+
+
+def _retriever(source: Any) -> Retriever:
+    """A knowledge base's retriever, or the retriever itself."""
+    if hasattr(source, "retriever") and hasattr(source, "linked_chunks"):
+        return source.retriever()  # type: ignore[no-any-return]
+    if has_method(source, "retrieve"):
+        return source  # type: ignore[no-any-return]
+    raise TypeError(
+        f"expected a KnowledgeBase or a retriever (retrieve/aretrieve), got {type(source).__name__}"
+    )
+
+
+# -- RAGLoop ------------------------------------------------------------------------------------
+
+
+def rag_loop(source: Any, *, model: ChatModel | None = None, **config: Any) -> RAGLoop:
+    """A :class:`~ragloop.RAGLoop` over a knowledge base or a retriever.
+
+    Without ``model``: :class:`~ragloop.ExtractiveGenerator`, :class:`~ragloop.HeuristicEvaluator`
+    and :class:`~ragloop.HeuristicReformulator`, all three consulting the knowledge base (its
+    wider search, embedder and link graph) through one :class:`~ragloop.Corpus`. With
+    ``model``: :class:`~ragloop.LLMGenerator`, :class:`~ragloop.LLMEvaluator` and
+    :class:`~ragloop.LLMReformulator` (whose fallback still consults the corpus).
+
+    ``config`` holds :class:`~ragloop.LoopConfig` fields (``max_iterations=``, ``top_k=``, ...)
+    or ``config=LoopConfig(...)``, and may replace a component: ``generator=``, ``evaluator=``,
+    ``reformulator=``.
+    """
+    retriever = _retriever(source)
+    corpus = Corpus.of(source)
+    components: dict[str, Any] = {
+        name: config.pop(name)
+        for name in ("generator", "evaluator", "reformulator")
+        if name in config
+    }
+    loop_config = config.pop("config", None)
+    if loop_config is not None and config:
+        raise ConfigError("config", "pass either config=LoopConfig(...) or its fields, not both")
+    if loop_config is None:
+        try:
+            loop_config = LoopConfig(**config)
+        except TypeError as error:
+            raise ConfigError("config", str(error)) from None
+    if model is None:
+        defaults: dict[str, Any] = {
+            "generator": ExtractiveGenerator(corpus=corpus),
+            "evaluator": HeuristicEvaluator(corpus=corpus),
+            "reformulator": HeuristicReformulator(corpus),
+        }
+    else:
+        defaults = {
+            "generator": LLMGenerator(model),
+            "evaluator": LLMEvaluator(model),
+            "reformulator": LLMReformulator(model, corpus=corpus),
+        }
+    defaults.update(components)
+    return RAGLoop(
+        retriever,
+        defaults["generator"],
+        defaults["evaluator"],
+        defaults["reformulator"],
+        loop_config,
+    )
+
+
+# -- AgentLoop ----------------------------------------------------------------------------------
+
+
+def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -> AgentLoop:
+    """An :class:`~ragloop.AgentLoop` over a knowledge base or a retriever.
+
+    Without ``model`` the controller is :class:`~ragloop.OfflineController` (rule-based: it
+    searches the question and its parts, follows the link graph's bridges and answers with the
+    extractive generator); with ``model``, the model drives. ``options`` go to ``AgentLoop``
+    (``max_iterations=``, ``collections=``, ``budget=``, ...).
+    """
+    search: Retriever | SearchFn
+    if hasattr(source, "retriever") and hasattr(source, "linked_chunks"):
+        search = source.retriever().search  # the function form: collections reach the store
+    else:
+        search = _retriever(source)
+    controller = model if model is not None else OfflineController(corpus=Corpus.of(source))
+    return AgentLoop(controller, search, **options)
+
+
+# -- the engines the CLI offers -----------------------------------------------------------------
+
+# ``ragloop ask --engine NAME`` builds its engine with ENGINES[NAME](kb, model=..., **settings),
+# where settings are max_iterations= and, for engines that evaluate, confidence_threshold=.
+# RetrievalLoop joins as "retrieval" once it is wired (its builder goes here).
+ENGINES: dict[str, Any] = {"rag": rag_loop, "agent": agent_loop}

@@ -1,0 +1,169 @@
+"""Stored traces: recorded from the event stream, read back, and exported as HTML."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+
+import pytest
+
+from ragloop import (
+    AgentLoop,
+    RAGLoop,
+    TraceNotFound,
+    TraceRecord,
+    TraceRecorder,
+    TraceStore,
+    set_trace_content,
+)
+from ragloop.observability.report_html import render_html
+from ragloop.observability.traces import trace_steps, traces_path_for
+from ragloop.testing import InMemoryRetriever
+
+DOCS = {
+    "hire.md": "A tent can be hired for £12 a night from the Gear Library.",
+    "stoves.md": "Never cook inside a tent: a stove can set it alight.",
+    "boots.md": "Boots need <b>wax</b> & care; <script>alert('x')</script>",
+}
+
+
+def run_rag(store=None, question="What does it cost to hire a tent?"):
+    loop = RAGLoop.offline(InMemoryRetriever(DOCS), max_iterations=2)
+    with TraceRecorder(store, meta={"kb": "test"}) as recorder:
+        result = loop.run(question)
+    (record,) = recorder.records.values()
+    return result, record
+
+
+def test_a_rag_run_becomes_a_record_whose_steps_match_the_result(tmp_path):
+    set_trace_content(True)
+    store = TraceStore(tmp_path / "traces.sqlite")
+    result, record = run_rag(store)
+    assert (record.engine, record.question, record.answer) == ("rag", result.query, result.answer)
+    assert (record.stop_reason, record.iterations, record.content) == (
+        result.stop_reason.value,
+        result.iterations,
+        True,
+    )
+    steps = trace_steps(record)
+    assert [s.number for s in steps] == [it.iteration for it in result.trace]
+    for step, it in zip(steps, result.trace, strict=True):
+        assert step.queries == it.queries
+        assert step.score == it.evaluation.score
+        assert step.reason == it.evaluation.reason
+        assert [(c.id, c.source, c.text) for c in step.chunks] == [
+            (c.id, c.source, c.content) for c in it.chunks
+        ]
+    assert store.get(record.id) == record
+    assert store.get(record.id[:6]).id == record.id
+    assert [r.id for r in store.list()] == [record.id]
+
+
+def test_with_content_capture_off_no_text_is_stored(tmp_path):
+    set_trace_content(False)
+    store = TraceStore(tmp_path / "traces.sqlite")
+    result, record = run_rag(store)
+    stored = store.get(record.id)
+    assert (stored.content, stored.question, stored.answer) == (False, None, None)
+    steps = trace_steps(stored)
+    assert steps[0].queries == []
+    assert steps[0].reason is None
+    assert [c.source for c in steps[0].chunks] == [c.source for c in result.trace[0].chunks]
+    assert all(c.text is None for c in steps[0].chunks)
+    raw = store.path.read_bytes()
+    assert b"hire a tent" not in raw
+    assert b"Gear Library" not in raw
+
+
+def test_agent_runs_are_recorded_turn_by_turn(tmp_path):
+    set_trace_content(True)
+    loop = AgentLoop.offline(InMemoryRetriever(DOCS))
+    with TraceRecorder() as recorder:
+        result = loop.run("What does it cost to hire a tent?")
+    record = recorder.records[result.run_id]
+    steps = trace_steps(record)
+    assert steps[0].queries == ["What does it cost to hire a tent?"]
+    assert steps[0].chunks
+    assert steps[0].note
+    assert steps[-1].answer == result.answer
+    assert sum(s.tools.count("search") for s in steps) == len(
+        [e for e in result.tool_history if e.tool == "search"]
+    )
+    page = parse(render_html(record))
+    assert page.count("li", "step") == len(steps)
+    assert "Best chunk score per turn" in " ".join(page.text)
+    assert page.count("line", "threshold") == 0
+
+
+def test_unknown_and_ambiguous_ids(tmp_path):
+    store = TraceStore(tmp_path / "traces.sqlite")
+    with pytest.raises(TraceNotFound, match="no traces"):
+        store.get("abc")
+    _, first = run_rag(store)
+    _, second = run_rag(store)
+    with pytest.raises(TraceNotFound, match="no trace 'zzz'"):
+        store.get("zzz")
+    with pytest.raises(TraceNotFound, match="several"):
+        store.get("")
+    assert {r.id for r in store.list()} == {first.id, second.id}
+    assert traces_path_for(tmp_path / "kb.sqlite") == tmp_path / "kb.traces.sqlite"
+
+
+class Page(HTMLParser):
+    """Collects what the checks need: tags, attributes, text, and the chart's points."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def count(self, tag, cls=None):
+        return sum(
+            1 for t, a in self.tags if t == tag and (cls is None or cls in (a.get("class") or ""))
+        )
+
+
+def parse(html: str) -> Page:
+    page = Page()
+    page.feed(html)
+    page.close()
+    return page
+
+
+def test_the_html_report_is_self_contained_and_shows_the_run():
+    set_trace_content(True)
+    result, record = run_rag(question="How do I care for boots and what does a tent cost to hire?")
+    page = parse(render_html(record))
+    text = " ".join(page.text)
+    assert page.count("script") == 0
+    assert not [a for _, a in page.tags for k in ("src", "href") if a.get(k)]
+    assert page.count("link") == 0
+    assert record.question in text
+    assert page.count("li", "step") == result.iterations
+    assert page.count("circle", "point") == result.iterations
+    assert page.count("line", "threshold") == 1
+    assert page.count("tr", "chunk") == sum(len(it.chunks) for it in result.trace)
+    for it in result.trace:
+        for query in it.queries:
+            assert query in text
+    assert "<script>alert('x')</script>" in text  # the chunk's markup is shown, as text
+    if result.trace[-1].strategy:
+        assert result.trace[-1].strategy.value in text
+
+
+def test_a_trace_without_content_still_renders():
+    set_trace_content(False)
+    _, record = run_rag()
+    page = parse(render_html(record))
+    assert "question not recorded" in " ".join(page.text)
+    assert page.count("li", "step") == record.iterations
+
+
+def test_a_record_needs_events():
+    with pytest.raises(ValueError, match="at least one event"):
+        TraceRecord.from_events([], content=False)

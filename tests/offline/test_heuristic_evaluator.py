@@ -1,0 +1,110 @@
+"""HeuristicEvaluator: verdicts, scores, and reasons that steer the strategy picker."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragloop import Chunk, ExtractiveGenerator, HeuristicEvaluator, ReformulationStrategy
+from ragloop.components.reformulators import select_strategy
+
+
+def chunk(text, source="doc.md", score=0.8, title=None):
+    return Chunk(content=text, source=source, score=score, metadata={"title": title or source})
+
+
+def judge(evaluator, question, chunks, answer=None):
+    if answer is None:
+        answer = ExtractiveGenerator(corpus=evaluator.corpus).generate(question, chunks).answer
+    return evaluator.evaluate(question, chunks, answer)
+
+
+def test_a_grounded_complete_answer_scores_above_the_usual_threshold():
+    chunks = [chunk("The Skylark 2 weighs 1.6 kg with pegs and poles.", title="Skylark 2")]
+    verdict = judge(HeuristicEvaluator(), "How much does the Skylark 2 weigh?", chunks)
+    assert verdict.is_grounded
+    assert verdict.is_complete
+    assert verdict.score >= 0.8
+    assert verdict.reason.startswith("grounded and complete")
+
+
+def test_no_chunks_means_nothing_found_which_asks_for_other_words():
+    verdict = HeuristicEvaluator().evaluate("Do you rent out stoves?", [], "")
+    assert (verdict.score, verdict.is_grounded, verdict.is_complete) == (0.0, False, False)
+    assert verdict.reason.startswith("nothing found")
+    assert select_strategy(verdict.reason) is ReformulationStrategy.PERSPECTIVE_SHIFT
+
+
+def test_a_word_the_documents_never_use_asks_for_their_vocabulary(shop_kb_dense):
+    evaluator = HeuristicEvaluator(corpus=shop_kb_dense)
+    stoves = [chunk("Never cook inside a tent: a stove can set it alight.", title="Stove Safety")]
+    verdict = judge(evaluator, "Do you rent out stoves?", stoves)
+    assert verdict.reason.startswith("no chunk mentions 'rent'")
+    assert select_strategy(verdict.reason) is ReformulationStrategy.PERSPECTIVE_SHIFT
+    assert not verdict.is_complete
+    assert verdict.score < 0.8
+    hire = [chunk("Tents and stoves can all be hired from our stores.", title="Gear Library")]
+    verdict = judge(evaluator, "Do you rent out stoves?", hire)
+    assert verdict.is_complete
+    assert verdict.score >= 0.8
+    assert "'rent' read as 'hire'" in verdict.reason
+
+
+def test_an_unanswered_part_asks_for_decomposition():
+    chunks = [chunk("You can return unused items within 60 days.", title="Returns")]
+    verdict = judge(
+        HeuristicEvaluator(),
+        "How long do I have to return an item, and how long does standard delivery take?",
+        chunks,
+    )
+    assert verdict.reason == (
+        "multi-part question: second part 'how long does standard delivery take' not covered"
+    )
+    assert select_strategy(verdict.reason) is ReformulationStrategy.DECOMPOSE
+    assert verdict.score < 0.8
+
+
+def test_an_answer_that_points_to_an_unread_document_is_a_missing_hop(shop_kb):
+    question = "What is the warranty on the tent Priya Shah takes wild camping?"
+    chunks = [
+        c
+        for c in shop_kb.search(question, top_k=8)
+        if c.source in ("staff/staff-picks.md", "products/skylark-2.md")
+    ]
+    verdict = judge(HeuristicEvaluator(corpus=shop_kb), question, chunks)
+    assert verdict.reason.startswith(
+        "missing second hop: the answer points to 'Fellside Guarantee'"
+    )
+    assert select_strategy(verdict.reason) is ReformulationStrategy.DECOMPOSE
+    assert not verdict.is_complete
+
+
+def test_an_unsupported_sentence_makes_the_answer_ungrounded_and_asks_to_narrow():
+    chunks = [chunk("The Skylark 2 weighs 1.6 kg.", title="Skylark 2")]
+    answer = "The Skylark 2 weighs 1.6 kg. It was designed by astronauts on the moon."
+    verdict = judge(HeuristicEvaluator(), "How much does the Skylark 2 weigh?", chunks, answer)
+    assert not verdict.is_grounded
+    assert verdict.reason.startswith("partial support: 'It was designed by astronauts")
+    assert select_strategy(verdict.reason) is ReformulationStrategy.NARROW
+
+
+def test_an_answer_without_the_kind_of_answer_asked_for_is_incomplete():
+    chunks = [chunk("The Skylark 2 weighs little and has two doors.", title="Skylark 2")]
+    verdict = judge(HeuristicEvaluator(), "How much does the Skylark 2 weigh?", chunks)
+    assert verdict.reason == "incomplete: no sentence gives the weight the question asks for"
+    assert select_strategy(verdict.reason) is ReformulationStrategy.NARROW
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("", "no relevant sentence"),
+        ("The documents retrieved do not answer this question.", "no relevant"),
+    ],
+)
+def test_no_answer_scores_low(answer, expected):
+    chunks = [chunk("The Skylark 2 weighs 1.6 kg.", title="Skylark 2")]
+    verdict = HeuristicEvaluator().evaluate("How much does the Skylark 2 weigh?", chunks, answer)
+    assert verdict.reason.startswith(expected)
+    assert verdict.score < 0.5
+    assert not verdict.is_grounded
+    assert select_strategy(verdict.reason) is ReformulationStrategy.STEP_BACK

@@ -1,0 +1,93 @@
+"""OfflineController and AgentLoop.offline: the agent loop with no model."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ragloop import AgentLoop, Chunk, Message, OfflineController, StopReason, ToolCall
+from ragloop.components.controller import read_conversation
+from ragloop.engines.tools import format_results
+from ragloop.testing import InMemoryRetriever
+
+
+def searches(result):
+    return [(e.iteration, e.args["query"]) for e in result.tool_history if e.tool == "search"]
+
+
+def test_a_multi_part_question_is_searched_whole_and_part_by_part(shop_kb):
+    question = "How long do I have to return an item, and how long does standard delivery take?"
+    result = AgentLoop.offline(shop_kb).run(question)
+    assert result.stop_reason is StopReason.ANSWERED
+    assert searches(result)[:3] == [
+        (0, question),
+        (0, "How long do I have to return an item"),
+        (0, "how long does standard delivery take?"),
+    ]
+    assert "60 days" in result.answer
+    assert "3 to 5 working days" in result.answer
+    assert "Sources: [1]" in result.answer
+
+
+def test_it_follows_the_entity_bridge_to_the_next_document(shop_kb):
+    question = "What is the warranty on the tent Priya Shah takes wild camping?"
+    result = AgentLoop.offline(shop_kb).run(question)
+    assert result.stop_reason is StopReason.ANSWERED
+    later = [q for turn, q in searches(result) if turn > 0]
+    assert any(q.startswith("Fellside Guarantee") for q in later)
+    assert "3 years" in result.answer
+    turn_notes = [m.content for m in result.messages if m.role == "assistant"]
+    assert any("Following 'Fellside Guarantee'" in note for note in turn_notes)
+
+
+def test_it_gives_up_when_the_searches_find_nothing():
+    kb = InMemoryRetriever({"boots.md": "Boots need wax."})
+    result = AgentLoop.offline(kb, max_iterations=5).run("Who won the 1966 World Cup?")
+    assert result.stop_reason is StopReason.GAVE_UP
+    assert result.answer.startswith("Could not answer: no document answers it")
+
+
+def test_without_tools_it_writes_the_answer_as_text(shop_kb):
+    controller = OfflineController(corpus=shop_kb)
+    chunks = shop_kb.search("Skylark 2 weighs", top_k=2)
+    call = ToolCall(name="search", arguments={"query": "Skylark 2 weighs"})
+    messages = [
+        Message(role="system", content="..."),
+        Message(role="user", content="How much does the Skylark 2 weigh?"),
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", content=format_results(chunks), tool_call_id=call.id),
+    ]
+    reply = controller.complete(messages, tools=None)
+    assert not reply.tool_calls
+    assert "1.6 kg" in reply.text
+
+
+def test_it_reads_the_search_results_the_loop_wrote():
+    chunks = [
+        Chunk(content="Tents <b>&</b> stoves\ncan be hired.", source="a.md", score=0.9),
+        Chunk(content="Boots need wax.", source="b.md", score=0.4),
+    ]
+    call = ToolCall(name="search", arguments={"query": "hire"})
+    messages = [
+        Message(role="user", content="Can I hire a stove?"),
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", content=format_results(chunks), tool_call_id=call.id),
+    ]
+    seen = read_conversation(messages)
+    assert seen.question == "Can I hire a stove?"
+    assert seen.searched == ["hire"]
+    assert [(c.id, c.content) for c in seen.chunks] == [(c.id, c.content) for c in chunks]
+    assert [c.score for c in seen.chunks] == [1.0, 0.5]
+
+
+def test_one_controller_serves_concurrent_runs(shop_kb):
+    loop = AgentLoop.offline(shop_kb)
+
+    async def both():
+        return await asyncio.gather(
+            loop.arun("How much does the Skylark 2 weigh?"),
+            loop.arun("Who manages the Keswick store?"),
+        )
+
+    weight, manager = asyncio.run(both())
+    assert "1.6 kg" in weight.answer
+    assert "Priya Shah" in manager.answer
