@@ -1,7 +1,7 @@
 """Fit ExtractiveGenerator's confidence on HotpotQA questions the benchmark does not use.
 
 Usage: python benchmarks/calibrate_offline.py [N]. Takes N questions (default 150) that are not
-in bench_offline.py's sample, answers each one-shot over the cached hybrid knowledge base, and
+in bench_eval.py's sample, answers each one-shot over the cached hybrid knowledge base, and
 fits a logistic regression of "the answer contains a gold answer" on the generator's confidence
 features; prints the coefficients for ``CONFIDENCE_COEFFICIENTS`` in components/generators.py.
 """
@@ -11,12 +11,15 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from bench_offline import SAMPLE_EVERY, TOP_K, normalise
-from bench_retrieval import build_kb
-from datasets import hotpot_pool
+from bench_eval import SAMPLE_EVERY
+from bench_retrieval import DATASETS, knowledge_base
 
 from ragloop import ExtractiveGenerator
 from ragloop.components.generators import strip_citations
+from ragloop.evaluation.datasets import load_dataset
+from ragloop.evaluation.metrics import answer_contains
+
+TOP_K = 5
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, steps: int = 50) -> np.ndarray:
@@ -32,19 +35,19 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, steps: int = 50
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 150
-    questions, passages = hotpot_pool()
-    held_out = [q for i, q in enumerate(questions) if i % SAMPLE_EVERY != 0][:n]
-    kb, _ = build_kb(passages, "minilm")
+    dataset = load_dataset(DATASETS["HotpotQA"])
+    held_out = [q for i, q in enumerate(dataset.questions) if i % SAMPLE_EVERY != 0][:n]
+    kb = knowledge_base("HotpotQA", dataset, "minilm")
     generator = ExtractiveGenerator(corpus=kb)
     rows, labels = [], []
     for q in held_out:
-        chunks = kb.retriever().retrieve(q.text, TOP_K)
-        chosen, scorer = generator.pick(q.text, chunks)
+        chunks = kb.retriever().retrieve(q.question, TOP_K)
+        chosen, scorer = generator.pick(q.question, chunks)
         if not chosen:
             continue
-        answer = normalise(strip_citations(" ".join(s.text for s in chosen)))
+        answer = strip_citations(" ".join(s.text for s in chosen))
         rows.append([1.0, *generator.features(scorer, chosen)])
-        labels.append(float(any(normalise(g) and normalise(g) in answer for g in q.answers)))
+        labels.append(answer_contains(answer, q.answers))
     w = fit_logistic(np.array(rows), np.array(labels))
     print(f"{len(rows)} answers, {np.mean(labels):.2f} contain gold")
     print("CONFIDENCE_COEFFICIENTS = (" + ", ".join(f"{v:.2f}" for v in w) + ")")

@@ -94,3 +94,16 @@ def test_a_missing_knowledge_base_is_a_clean_error(tmp_path):
     assert result.returncode == 1
     assert "no knowledge base at" in result.stderr
     assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_demo_finds_priyas_pick_and_its_tent(tmp_path):
+    env = {"RAGLOOP_DEMO_DIR": str(tmp_path / "demo")}
+    question = "What is the warranty on the tent Priya Shah takes wild camping?"
+    result = ragloop("agent-loop", question, "--demo", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    run = json.loads(result.stdout)
+    assert len(run["iterations"]) == 2  # the second hop follows the names the first found
+    sources = [c["source"] for c in run["chunks"]]
+    assert set(sources[:2]) == {"staff/staff-picks.md", "products/skylark-2.md"}
+    both = ragloop("agent-loop", question, "--demo", "--kb", str(tmp_path / "kb.sqlite"), env=env)
+    assert both.returncode == 2

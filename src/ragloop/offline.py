@@ -6,7 +6,7 @@ take their place. The engines' ``offline`` classmethods call these functions; th
 module only inside the classmethod, because this module sits above the engines (floor 4) and the
 engines must keep depending on protocols alone.
 
-One section per engine: RAGLoop, AgentLoop (and RetrievalLoop, wired the same way).
+One section per engine: RAGLoop, AgentLoop, and RetrievalLoop answered by one RAGLoop iteration.
 """
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from ragloop.components.reformulators import HeuristicReformulator, LLMReformula
 from ragloop.core.calls import has_method
 from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import ChatModel, Retriever
+from ragloop.core.records import Chunk
 from ragloop.engines.agent import AgentLoop, SearchFn
 from ragloop.engines.rag import LoopConfig, RAGLoop
+from ragloop.engines.retrieval import RetrievalLoop
+from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 
 def _retriever(source: Any) -> Retriever:
@@ -52,8 +55,12 @@ def rag_loop(source: Any, *, model: ChatModel | None = None, **config: Any) -> R
     or ``config=LoopConfig(...)``, and may replace a component: ``generator=``, ``evaluator=``,
     ``reformulator=``.
     """
-    retriever = _retriever(source)
-    corpus = Corpus.of(source)
+    return _rag_loop(_retriever(source), Corpus.of(source), model, config)
+
+
+def _rag_loop(
+    retriever: Retriever, corpus: Corpus, model: ChatModel | None, config: dict[str, Any]
+) -> RAGLoop:
     components: dict[str, Any] = {
         name: config.pop(name)
         for name in ("generator", "evaluator", "reformulator")
@@ -109,9 +116,43 @@ def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -
     return AgentLoop(controller, search, **options)
 
 
+# -- RetrievalLoop, answered ------------------------------------------------------------------
+
+
+class RetrievalLoopRetriever:
+    """A :class:`~ragloop.Retriever` that runs a :class:`~ragloop.RetrievalLoop` per query and
+    returns the best ``top_k`` chunks of the evidence it gathered."""
+
+    def __init__(self, loop: RetrievalLoop) -> None:
+        self.loop = loop
+
+    def retrieve(self, query: str, top_k: int = 5) -> list[Chunk]:
+        return self.loop.run(query).chunks[:top_k]
+
+    async def aretrieve(self, query: str, top_k: int = 5) -> list[Chunk]:
+        return (await self.loop.arun(query)).chunks[:top_k]
+
+
+def answered_retrieval_loop(
+    kb: KnowledgeBase, *, model: ChatModel | None = None, **config: Any
+) -> RAGLoop:
+    """:meth:`RetrievalLoop.offline <ragloop.RetrievalLoop.offline>` gathers the evidence (its
+    hops, budgets and stops; ``max_iterations=`` is its own), then one RAGLoop iteration answers
+    from the best ``top_k`` chunks and evaluates the answer, with the components of
+    :func:`rag_loop` (the LLM ones with ``model``). What ``ragloop ask --engine retrieval`` runs.
+    """
+    hops = {"max_iterations": config.pop("max_iterations")} if "max_iterations" in config else {}
+    retriever = RetrievalLoopRetriever(RetrievalLoop.offline(kb, **hops))
+    return _rag_loop(retriever, Corpus.of(kb), model, {**config, "max_iterations": 1})
+
+
 # -- the engines the CLI offers -----------------------------------------------------------------
 
 # ``ragloop ask --engine NAME`` builds its engine with ENGINES[NAME](kb, model=..., **settings),
-# where settings are max_iterations= and, for engines that evaluate, confidence_threshold=.
-# RetrievalLoop joins as "retrieval" once it is wired (its builder goes here).
-ENGINES: dict[str, Any] = {"rag": rag_loop, "agent": agent_loop}
+# where settings are max_iterations=, and top_k= and confidence_threshold= for the engines
+# that generate through a RAGLoop.
+ENGINES: dict[str, Any] = {
+    "rag": rag_loop,
+    "agent": agent_loop,
+    "retrieval": answered_retrieval_loop,
+}

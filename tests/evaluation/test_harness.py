@@ -7,14 +7,19 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
+
+from ragloop import Usage
 from ragloop.evaluation.configurations import (
     OneShot,
     RetrievalLoopConfiguration,
     build_knowledge_base,
+    make_configuration,
 )
 from ragloop.evaluation.datasets import EvalDataset, EvalPassage, load_dataset
 from ragloop.evaluation.harness import EvalReport, FunctionConfiguration, Outcome, evaluate
 from ragloop.evaluation.report import kind_table, markdown_table, recall_chart, significance_table
+from ragloop.testing import ScriptedModel
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -95,3 +100,34 @@ def test_titles_can_be_left_out_of_the_index():
     assert [c.source for c in with_titles.search("zebra", mode="bm25")] == ["p0"]
     assert without.search("zebra", mode="bm25") == []  # the title was the only mention
     assert without.search("striped", mode="bm25")[0].metadata["title"] == ""
+
+
+def test_answering_loops_report_answers_evidence_and_their_cost():
+    dataset = load_dataset(FIXTURES / "ircot.jsonl")
+    kb = build_knowledge_base(dataset, embedder=None)
+    question = "Who founded the shop that sells the Ridgeline tent?"
+    for engine in ("rag", "agent"):
+        before = kb.searches
+        outcome = make_configuration(engine, kb, max_iterations=3).run(question)
+        assert outcome.retrieval_calls == kb.searches - before >= 2, engine  # two hops
+        assert outcome.ranked[:2] == ["p0", "p1"], engine
+        assert "Ada Lind" in outcome.answer, engine
+        assert "[1]" not in outcome.answer  # citations are stripped for EM and F1
+        assert "Sources:" not in outcome.answer
+        assert outcome.llm_calls == 0
+        assert outcome.iterations >= 1
+
+
+def test_llm_calls_and_tokens_are_counted_when_a_model_drives():
+    dataset = load_dataset(FIXTURES / "ircot.jsonl")
+    kb = build_knowledge_base(dataset, embedder=None)
+    verdict = json.dumps({"is_grounded": True, "is_complete": True, "score": 0.95, "reason": "ok"})
+    answer = json.dumps({"answer": "Ada Lind founded Northfold. [1]", "confidence": 0.9})
+    model = ScriptedModel([answer, verdict], usage=Usage(input_tokens=40, output_tokens=10))
+    configuration = make_configuration("rag", kb, model=model)
+    outcome = configuration.run("Who founded Northfold?")
+    assert (outcome.llm_calls, outcome.tokens, outcome.iterations) == (2, 100, 1)
+    assert outcome.answer == "Ada Lind founded Northfold."
+    assert outcome.ranked[0] == "p1"
+    with pytest.raises(ValueError, match="unknown engine 'nope'"):
+        make_configuration("nope", kb)

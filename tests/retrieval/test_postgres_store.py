@@ -28,7 +28,8 @@ def dsn(postgres_server):
 
 def sql(dsn, schema, query, params=()):
     with psycopg.connect(dsn, options=f"-c search_path={schema},public") as conn:
-        return conn.execute(query, params).fetchall()
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else None
 
 
 def counters_match_the_chunks(dsn, schema):
@@ -151,6 +152,19 @@ def test_the_pool_reconnects_after_the_server_restarts(postgres_server, postgres
     assert len(kb.search("alpine tent", mode="bm25")) == 3
     kb.add_documents(docs("after", 2))
     assert kb.stats().documents == 5
+    kb.close()
+
+
+def test_a_failure_mid_search_is_a_store_error_and_the_pool_recovers(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("m", 3))
+    sql(dsn, postgres_schema, "ALTER TABLE postings RENAME TO postings_away")
+    with pytest.raises(StoreError, match=r"failed \(UndefinedTable\): .*postings"):
+        kb.search("alpine tent", mode="bm25")
+    with pytest.raises(StoreError, match="UndefinedTable"):  # writes too, no retry loop
+        kb.add_documents(docs("n", 1))
+    sql(dsn, postgres_schema, "ALTER TABLE postings_away RENAME TO postings")
+    assert len(kb.search("alpine tent", mode="bm25")) == 3  # the same pool, still usable
     kb.close()
 
 

@@ -13,6 +13,7 @@ import click
 
 from ragloop import RagloopError, RetrievalLoop, RetrievalResult
 from ragloop.cli.common import kb_option, open_kb, print_json, shown_path
+from ragloop.cli.demo import open_demo
 from ragloop.observability import install_json_logging
 
 SHOWN_CHUNKS = 5
@@ -55,6 +56,7 @@ def render(result: RetrievalResult) -> str:
 @click.command(name="agent-loop")
 @click.argument("query")
 @kb_option
+@click.option("--demo", is_flag=True, help="Use the demo knowledge base (built on first use).")
 @click.option("--max-iter", type=click.IntRange(1, 50), default=5, show_default=True)
 @click.option(
     "--sub-query",
@@ -74,6 +76,7 @@ def render(result: RetrievalResult) -> str:
 def agent_loop(
     query: str,
     kb_location: str | None,
+    demo: bool,
     max_iter: int,
     sub_queries: tuple[str, ...],
     min_new_chunks: int,
@@ -83,7 +86,9 @@ def agent_loop(
     """Gather evidence for QUERY with the retrieval loop (offline, no LLM)."""
     if log_json:
         install_json_logging(sys.stderr)
-    kb = open_kb(kb_location, create=False)
+    if kb_location is not None and demo:
+        raise click.UsageError("--kb and --demo name two knowledge bases; give one")
+    kb = open_demo() if demo else open_kb(kb_location, create=False)
     try:
         loop = RetrievalLoop.offline(
             kb, max_iterations=max_iter, min_new_chunks_per_iter=min_new_chunks

@@ -37,7 +37,7 @@ def build_engine(
         )
     try:
         model = resolve_model(model_spec)
-        if engine != "rag":
+        if engine == "agent":
             settings.pop("confidence_threshold", None)
         return builder(kb, model=model, **settings)
     except RagloopError as error:
@@ -113,7 +113,7 @@ def run_one(
     "--max-iterations",
     type=click.IntRange(1, 50),
     default=None,
-    help="Iterations (rag) or turns (agent) at most.",
+    help="Iterations (rag), turns (agent) or retrieval hops (retrieval) at most.",
 )
 @click.option(
     "--threshold",
@@ -125,7 +125,7 @@ def run_one(
     "--top-k",
     type=click.IntRange(1, 100),
     default=None,
-    help="Chunks per retrieval (rag; default 5, 3 with --demo).",
+    help="Chunks the answer is drawn from (rag, retrieval; default 5, 3 with --demo).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @click.option(
@@ -158,7 +158,7 @@ def ask(
     if not trace_content_configured():
         set_trace_content(True)  # a local trace of your own question: keep its text
     settings: dict[str, Any] = {"max_iterations": max_iterations, "confidence_threshold": threshold}
-    if engine == "rag":
+    if engine in ("rag", "retrieval"):
         settings["top_k"] = DEMO_TOP_K if top_k is None and demo else top_k
     settings = {k: v for k, v in settings.items() if v is not None}
     questions = [question] if question is not None else [q.text for q in DEMO_QUESTIONS]

@@ -31,10 +31,11 @@ def score_bar(score: float, width: int = 20) -> Text:
 def render_step(step: TraceStep, engine: str) -> RenderableType:
     """One iteration (or agent turn): queries, strategy, top chunks, score and reason."""
     title = Text()
-    title.append(f"{'Turn' if engine == 'agent' else 'Iteration'} {step.number}", style="bold")
+    label = {"agent": "Turn", "retrieval": "Retrieval hop"}.get(engine, "Iteration")
+    title.append(f"{label} {step.number}", style="bold")
     if step.strategy:
         title.append(f"  {step.strategy}", style="cyan")
-    elif engine != "agent" and step.number == 1:
+    elif engine == "rag" and step.number == 1:
         title.append("  original question", style="cyan")
     tools = [t for t in dict.fromkeys(step.tools) if t != "search"]
     if tools:

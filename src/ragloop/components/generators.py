@@ -41,8 +41,7 @@ _SOURCES_LINE = re.compile(r"\n+Sources:[^\n]*\s*$")
 _MARKER = re.compile(r"\s*\[\d+(?:,\s*\d+)*\]")
 
 # Confidence = logistic(a + b * coverage + c * missing answer type), fitted by
-# benchmarks/calibrate_offline.py on 300 HotpotQA questions outside the benchmark's sample
-# (bench_offline.py prints how well it is calibrated on the sample).
+# benchmarks/calibrate_offline.py on 300 HotpotQA questions outside bench_eval.py's sample.
 CONFIDENCE_COEFFICIENTS = (-1.85, 2.03, -1.04)
 
 

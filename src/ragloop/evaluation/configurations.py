@@ -5,11 +5,15 @@ in each mode, and the loops over it. Retrieval calls are counted by the knowledg
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, cast
 
-from ragloop.core.protocols import Embedder
+from ragloop.components.generators import strip_citations
+from ragloop.core.calls import call, method
+from ragloop.core.protocols import ChatModel, Embedder
+from ragloop.core.records import Message, ModelResponse, Tool
+from ragloop.engines.rag import RAGLoop
 from ragloop.evaluation.datasets import EvalDataset, iter_documents
-from ragloop.evaluation.harness import Outcome, ranked_passages
+from ragloop.evaluation.harness import Configuration, Outcome, ranked_passages
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase, SearchMode
 
 DEPTH = 20  # passages every configuration returns (the largest k scored)
@@ -75,14 +79,114 @@ class RetrievalLoopConfiguration:
         )
 
 
-ENGINES = ("bm25", "dense", "hybrid", "retrieval")
+class CountingModel:
+    """A :class:`~ragloop.ChatModel` that counts the calls made through it."""
+
+    def __init__(self, model: ChatModel) -> None:
+        self.model = model
+        self.calls = 0
+
+    def complete(self, messages: list[Message], tools: list[Tool] | None = None) -> ModelResponse:
+        self.calls += 1
+        return self.model.complete(messages, tools)
+
+    async def acomplete(
+        self, messages: list[Message], tools: list[Tool] | None = None
+    ) -> ModelResponse:
+        self.calls += 1
+        response = await call(method(self.model, "complete", "model"), messages, tools)
+        return cast(ModelResponse, response)
 
 
-def make_configuration(engine: str, kb: KnowledgeBase, **config: Any) -> OneShot | Any:
+def _counted(config: dict[str, Any]) -> CountingModel | None:
+    """Wrap ``config["model"]`` (when given) so that the loop's LLM calls are counted."""
+    if config.get("model") is None:
+        return None
+    counter = CountingModel(config["model"])
+    config["model"] = counter
+    return counter
+
+
+class RAGLoopConfiguration:
+    """``RAGLoop.offline(kb, **config)`` (with ``model=``, the LLM components): its answer,
+    and as evidence the chunks of the iteration the answer came from, then those of the other
+    iterations in order. ``loop`` evaluates a loop built otherwise (its retrieval calls are
+    still counted by ``kb``)."""
+
+    baseline = False
+
+    def __init__(
+        self,
+        kb: KnowledgeBase,
+        *,
+        name: str = "RAGLoop",
+        loop: RAGLoop | None = None,
+        **config: Any,
+    ) -> None:
+        self.kb = kb
+        self.name = name
+        self.model = _counted(config)
+        self.loop = loop if loop is not None else RAGLoop.offline(kb, **config)
+
+    def run(self, question: str) -> Outcome:
+        before, calls = self.kb.searches, self.model.calls if self.model else 0
+        result = self.loop.run(question)
+        answered = next(
+            (it for it in result.trace if it.answer == result.answer), None
+        )  # the converging or best iteration
+        ordered = ([answered] if answered else []) + [it for it in result.trace if it != answered]
+        usage = result.usage
+        return Outcome(
+            ranked=ranked_passages([c for it in ordered for c in it.chunks])[:DEPTH],
+            answer=strip_citations(result.answer),
+            retrieval_calls=self.kb.searches - before,
+            llm_calls=(self.model.calls if self.model else 0) - calls,
+            tokens=usage.total_tokens if usage else 0,
+            iterations=result.iterations,
+        )
+
+
+class AgentLoopConfiguration:
+    """``AgentLoop.offline(kb, **options)`` (with ``model=``, the model drives): its answer
+    and its gathered chunks, best first."""
+
+    baseline = False
+
+    def __init__(self, kb: KnowledgeBase, *, name: str = "AgentLoop", **options: Any) -> None:
+        from ragloop.engines.agent import AgentLoop
+
+        self.kb = kb
+        self.name = name
+        self.model = _counted(options)
+        self.loop = AgentLoop.offline(kb, **options)
+
+    def run(self, question: str) -> Outcome:
+        before, calls = self.kb.searches, self.model.calls if self.model else 0
+        result = self.loop.run(question)
+        usage = result.usage
+        return Outcome(
+            ranked=ranked_passages(result.chunks)[:DEPTH],
+            answer=strip_citations(result.answer) if result.answer is not None else None,
+            retrieval_calls=self.kb.searches - before,
+            llm_calls=(self.model.calls if self.model else 0) - calls,
+            tokens=usage.total_tokens if usage else 0,
+            iterations=result.iterations,
+        )
+
+
+ENGINES = ("bm25", "dense", "hybrid", "retrieval", "rag", "agent")
+LOOPS: dict[str, Any] = {
+    "retrieval": RetrievalLoopConfiguration,
+    "rag": RAGLoopConfiguration,
+    "agent": AgentLoopConfiguration,
+}
+
+
+def make_configuration(engine: str, kb: KnowledgeBase, **config: Any) -> Configuration:
     """The configuration an engine name stands for (see :data:`ENGINES`); ``config`` goes to
     the loops."""
     if engine in ("bm25", "dense", "hybrid"):
         return OneShot(kb, engine)  # type: ignore[arg-type]
-    if engine == "retrieval":
-        return RetrievalLoopConfiguration(kb, **config)
+    if engine in LOOPS:
+        return LOOPS[engine](kb, **config)  # type: ignore[no-any-return]
     raise ValueError(f"unknown engine {engine!r}; choose from {', '.join(ENGINES)}")

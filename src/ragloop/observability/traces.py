@@ -327,7 +327,8 @@ def trace_steps(record: TraceRecord) -> list[TraceStep]:
         if event.iteration is None or event.kind not in (EventKind.ITERATION, EventKind.TOOL_CALL):
             continue
         a = event.attributes
-        number = event.iteration + 1 if record.engine == "agent" else event.iteration
+        # agent turns and retrieval hops count from 0 in events, RAGLoop iterations from 1
+        number = event.iteration + 1 if record.engine in ("agent", "retrieval") else event.iteration
         step = steps.setdefault(number, TraceStep(number=number, at=event.timestamp))
         if event.kind is EventKind.TOOL_CALL:
             tool = str(a.get("tool"))

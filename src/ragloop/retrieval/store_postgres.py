@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ragloop.components.text import tokenize
@@ -163,14 +163,28 @@ class PostgresStore:
                 return pgvector_version(conn) >= (0, 8)
             return migrate(conn, self.schema) >= (0, 8)
 
+    @contextlib.contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        """A pooled connection. A database failure while it is in use (a dropped table, a
+        cancelled statement, a server gone mid-query, no free connection in time) is raised
+        as :class:`StoreError`, the store's documented error, with the server's message."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.Error as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else "no reason"
+            kind = type(error).__name__
+            raise StoreError(f"PostgreSQL at {self.location} failed ({kind}): {reason}") from error
+
     def _write(self, work: Callable[[psycopg.Connection[tuple[Any, ...]]], T]) -> T:
         """Run ``work`` in one transaction, again when the server breaks a deadlock with it."""
         for attempt in range(_RETRIES):
             try:
-                with self._pool.connection() as conn, conn.transaction():
+                with self._connection() as conn, conn.transaction():
                     return work(conn)
-            except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                if attempt == _RETRIES - 1:
+            except StoreError as error:
+                broken = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+                if not isinstance(error.__cause__, broken) or attempt == _RETRIES - 1:
                     raise
         raise AssertionError("unreachable")
 
@@ -179,7 +193,7 @@ class PostgresStore:
 
     # -- documents -----------------------------------------------------------------------------
     def document_hash(self, collection: str, source: str) -> str | None:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             row = conn.execute(
                 "SELECT content_hash FROM documents WHERE collection = %s AND source = %s",
                 (collection, source),
@@ -277,7 +291,7 @@ class PostgresStore:
         return self._write(work)
 
     def sources(self, collection: str) -> list[str]:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT source FROM documents WHERE collection = %s ORDER BY source",
                 (collection,),
@@ -287,7 +301,7 @@ class PostgresStore:
     def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
         if not ids:
             return []
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 f"SELECT {CHUNK_COLUMNS} {FROM_CHUNKS} WHERE c.id = ANY (%s)", (list(ids),)
             ).fetchall()
@@ -324,7 +338,7 @@ class PostgresStore:
         collections = None if scope.collections is None else list(scope.collections)
         where, scope_params = self._scope_sql(Scope(None, scope.filters))
         inner_limit = None if scope.filters else top_k
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 BM25_QUERY.format(scope=where),
                 [" ".join(terms), collections, collections, inner_limit, *scope_params, top_k],
@@ -343,7 +357,7 @@ class PostgresStore:
             return []
         query = [float(x) for x in vector]
         where, scope_params = self._scope_sql(scope)
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             model = self._recorded_model(conn)
             if model is None or model[1] == 0:
                 return []
@@ -373,7 +387,7 @@ class PostgresStore:
 
     # -- embeddings ------------------------------------------------------------------------------
     def embedding_model(self) -> tuple[str, int] | None:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             return self._recorded_model(conn)
 
     def _recorded_model(self, conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[str, int] | None:
@@ -419,7 +433,7 @@ class PostgresStore:
     def cached_vectors(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]:
         if not hashes:
             return {}
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT text_hash, embedding::float4[] FROM embeddings "
                 "WHERE model_id = %s AND text_hash = ANY (%s)",
@@ -444,7 +458,7 @@ class PostgresStore:
     # -- links ------------------------------------------------------------------------------------
     def link_targets(self) -> list[tuple[str, str, str]]:
         """(name, chunk id, document key) for every document title and last heading."""
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT d.title, c.id, c.collection, d.source, c.heading_path ->> -1 "
                 f"{FROM_CHUNKS} ORDER BY c.pk"
@@ -459,7 +473,7 @@ class PostgresStore:
         words = tokenize(phrase)
         if not words:
             return []
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 f"SELECT c.id, c.collection, d.source, c.content {FROM_CHUNKS} "
                 f"WHERE c.tsv @@ phraseto_tsquery('{TEXT_CONFIG}', %s) ORDER BY c.pk LIMIT %s",
@@ -491,7 +505,7 @@ class PostgresStore:
     def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
         if not chunk_ids:
             return []
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             rows = conn.execute(
                 "SELECT a.id, b.id, l.mention FROM links l JOIN chunks a ON a.pk = l.chunk_pk "
                 "JOIN chunks b ON b.pk = l.target_pk WHERE a.id = ANY (%s) ORDER BY a.pk, b.pk",
@@ -501,7 +515,7 @@ class PostgresStore:
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def stats(self) -> StoreStats:
-        with self._pool.connection() as conn:
+        with self._connection() as conn:
             collections = [
                 CollectionInfo(name=name, documents=docs, chunks=chunks)
                 for name, docs, chunks in conn.execute(
