@@ -50,15 +50,21 @@ def controller(messages, tools):
 
 def engines(kb: KnowledgeBase):
     retriever = kb.retriever(mode="bm25")
-    yield "rag", lambda: RAGLoop(
-        retriever, LLMGenerator(llm), LLMEvaluator(llm), LLMReformulator(llm), LoopConfig()
-    ).run(QUESTION)
+    yield (
+        "rag",
+        lambda: RAGLoop(
+            retriever, LLMGenerator(llm), LLMEvaluator(llm), LLMReformulator(llm), LoopConfig()
+        ).run(QUESTION),
+    )
     yield "agent", lambda: AgentLoop(FunctionModel(controller), retriever).run(QUESTION)
-    yield "retrieval", lambda: RetrievalLoop(
-        retriever,
-        understander=LLMUnderstander(llm),
-        config=RetrievalLoopConfig(max_iterations=2, min_new_chunks_per_iter=0),
-    ).run(QUESTION)
+    yield (
+        "retrieval",
+        lambda: RetrievalLoop(
+            retriever,
+            understander=LLMUnderstander(llm),
+            config=RetrievalLoopConfig(max_iterations=2, min_new_chunks_per_iter=0),
+        ).run(QUESTION),
+    )
 
 
 class Records(logging.Handler):
@@ -84,9 +90,7 @@ def _telemetry_text(spans, recorder: TraceRecorder, handler: Records) -> str:
 @pytest.mark.parametrize("capture", [False, True])
 def test_no_content_leaves_any_engine_unless_enabled(spans, capture):
     kb = KnowledgeBase.in_memory(embedder=None)
-    kb.add_documents(
-        [Document(text=f"The Skylark tent uses {DOC_MARK} poles.", source="tents.md")]
-    )
+    kb.add_documents([Document(text=f"The Skylark tent uses {DOC_MARK} poles.", source="tents.md")])
     set_trace_content(capture)
     handler = Records()
     logger = logging.getLogger("ragloop")
