@@ -322,18 +322,21 @@ class TraceStep:
 
 
 def _chunks(attributes: Mapping[str, Any]) -> list[TraceChunk]:
-    refs = attributes.get("chunks") or []
-    texts = attributes.get("chunk_texts") or []
+    refs = attributes.get("chunks")
+    texts = attributes.get("chunk_texts")
+    refs = refs if isinstance(refs, list) else []
+    texts = texts if isinstance(texts, list) else []
     out = []
     for i, ref in enumerate(refs):
         if isinstance(ref, dict):
             text = texts[i] if i < len(texts) and isinstance(texts[i], str) else None
+            score = ref.get("score")
             out.append(
                 TraceChunk(
                     id=str(ref.get("id", "")),
                     source=str(ref.get("source", "")),
-                    score=float(ref.get("score") or 0.0),
-                    title=ref.get("title"),
+                    score=float(score) if isinstance(score, int | float) else 0.0,
+                    title=ref["title"] if isinstance(ref.get("title"), str) else None,
                     text=text,
                 )
             )
