@@ -14,11 +14,22 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from ragloop import providers
 from ragloop.retrieval.postgres_server import PostgresServerError, TemporaryPostgres
 
 providers.ALLOW_MODEL_REQUESTS = False
+
+# Property tests: a short run in the default suite ("ci"), a long one for fuzzing campaigns
+# (RAGLOOP_FUZZ=long, with `-m fuzz` for the tests that only make sense at that length).
+settings.register_profile(
+    "ci", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "long", max_examples=5000, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.load_profile(os.environ.get("RAGLOOP_FUZZ", "ci"))
 
 # durability off: a test server's data is thrown away anyway
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

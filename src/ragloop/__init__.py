@@ -41,6 +41,7 @@ from ragloop.core.errors import (
     RagloopError,
     RetrievalLoopError,
     ScriptExhausted,
+    TraceCorrupted,
     TraceNotFound,
 )
 from ragloop.core.jsonparse import Parsed, ParseFailure, parse_llm_json
@@ -207,6 +208,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolHistoryEntry",
+    "TraceCorrupted",
     "TraceNotFound",
     "TraceRecord",
     "TraceRecorder",

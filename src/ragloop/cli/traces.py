@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ragloop.cli.common import console, kb_option, print_json, traces_file
 from ragloop.cli.display import print_trace
-from ragloop.core.errors import TraceNotFound
+from ragloop.core.errors import TraceCorrupted, TraceNotFound
 from ragloop.demo import demo_kb_path
 from ragloop.observability.report_html import render_html
 from ragloop.observability.traces import TraceRecord, TraceStore
@@ -33,7 +33,7 @@ def open_store(kb_location: str | None, demo: bool) -> TraceStore:
 def load(store: TraceStore, trace_id: str) -> TraceRecord:
     try:
         return store.get(trace_id)
-    except TraceNotFound as error:
+    except (TraceNotFound, TraceCorrupted) as error:
         raise click.ClickException(str(error)) from None
 
 

@@ -14,6 +14,7 @@ Every exception ragloop raises on purpose derives from :class:`RagloopError`::
     │                        raised; ``.iteration`` says after which iteration, the cause is
     │                        chained
     ├── TraceNotFound        no stored trace has the id asked for (or a prefix matches several)
+    ├── TraceCorrupted       (also a ValueError)  a stored trace cannot be read back
     └── ModelError           a chat model could not produce a reply (also: requests forbidden,
         │                    no API key, server unreachable, a body that is not the wire format)
         ├── ModelHTTPError   the provider answered with an error status; ``.status``, ``.body``
@@ -79,6 +80,10 @@ class RetrievalLoopError(RagloopError):
 
 class TraceNotFound(RagloopError):
     """No stored trace has that id, or the prefix given matches several."""
+
+
+class TraceCorrupted(RagloopError, ValueError):
+    """A stored trace's row is not what ragloop wrote (bad JSON, wrong fields)."""
 
 
 class ModelError(RagloopError):

@@ -82,7 +82,10 @@ def unit_score(value: object) -> float:
     if isinstance(value, bool) or value is None:
         raise ValueError(f"not a score: {value!r}")
     if isinstance(value, int | float):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond float range: clamped like an infinite one
+            number = math.inf if value > 0 else -math.inf
     elif isinstance(value, str):
         text = value.strip()
         try:

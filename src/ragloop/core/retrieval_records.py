@@ -108,7 +108,8 @@ class RetrievalResult(BaseModel):
     of the run plus half a place per iteration before that search (evidence further from the
     question ranks a little lower), earlier discovery first on ties. ``cache_stats`` counts
     this run's embedding-cache lookups; ``budget_used`` what the run spent (tokens include the
-    cost estimator's estimates).
+    cost estimator's estimates); ``error`` the message of the failure that ended an
+    ``on_error="stop"`` run.
     """
 
     query: str
@@ -118,6 +119,7 @@ class RetrievalResult(BaseModel):
     budget_used: BudgetSpend = Field(default_factory=BudgetSpend)
     cache_stats: CacheStats = Field(default_factory=CacheStats)
     run_id: str = ""
+    error: str | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

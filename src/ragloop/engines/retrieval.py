@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ragloop.core.budget import Budget
 from ragloop.core.calls import has_method, run_sync, sync_calls_in_threads
@@ -69,7 +69,10 @@ class RetrievalLoopConfig:
     - ``follow_links``: after each search, the chunks that the best this-many new chunks name
       (by title or heading, through the knowledge base's link graph) join the evidence, ranked
       as the top result of a next hop would be (0 disables it; needs a knowledge-base
-      retriever or router, and keeps to its collections and filters).
+      retriever or router, and keeps to its collections and filters);
+    - ``on_error``: ``"raise"`` lets a component's exception propagate (with a note naming the
+      step); ``"stop"`` ends the run with ``StopReason.ERROR``, the evidence gathered so far and
+      the message in ``RetrievalResult.error``.
     """
 
     max_iterations: int = 5
@@ -78,6 +81,7 @@ class RetrievalLoopConfig:
     improvement_threshold: float | None = None
     allow_route_switch: bool = False
     follow_links: int = 0
+    on_error: Literal["raise", "stop"] = "raise"
 
     def __post_init__(self) -> None:
         _count(self.max_iterations, "max_iterations", 1)
@@ -96,6 +100,8 @@ class RetrievalLoopConfig:
             )
         if not isinstance(self.allow_route_switch, bool):
             raise ConfigError("allow_route_switch", "must be True or False")
+        if self.on_error not in ("raise", "stop"):
+            raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
 
 
 _COMPONENTS = (

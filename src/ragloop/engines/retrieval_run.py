@@ -94,6 +94,11 @@ class Run:
             except BudgetExceeded as stop:
                 return self._finish(stop.reason)
             except Exception as error:
+                if self.config.on_error == "stop":
+                    message = (
+                        f"{self.step} failed in iteration {index}: {type(error).__name__}: {error}"
+                    )
+                    return self._finish(StopReason.ERROR, error=message)
                 error.add_note(f"ragloop: raised by the {self.step} in iteration {index}")
                 raise
             self.history.append(it)
@@ -108,6 +113,13 @@ class Run:
                 refined = await self._next_queries(index, queries, last_chunks, new_chunks)
             except BudgetExceeded as stop:
                 return self._finish(stop.reason)
+            except RetrievalLoopError:
+                raise  # a caller callback's failure is the caller's to handle
+            except Exception as error:
+                if self.config.on_error == "raise":
+                    raise
+                message = f"refiner failed after iteration {index}: {type(error).__name__}: {error}"
+                return self._finish(StopReason.ERROR, error=message)
             if refined is None:
                 return self._finish(StopReason.CALLER_STOP)
             queries = refined
@@ -371,11 +383,12 @@ class Run:
         return _as_queries(out, who)
 
     # -- results and events ---------------------------------------------------------------------
-    def _finish(self, reason: StopReason) -> RetrievalResult:
+    def _finish(self, reason: StopReason, *, error: str | None = None) -> RetrievalResult:
         chunks = self._ranked()
         result = RetrievalResult(
             query=self.query,
             stop_reason=reason,
+            error=error,
             iterations=self.history,
             chunks=chunks,
             budget_used=self.tracker.spend,
@@ -395,6 +408,7 @@ class Run:
             iterations=len(self.history),
             budget_used=result.budget_used,
             chunk_count=len(chunks),
+            error=error,
         )
         return result
 

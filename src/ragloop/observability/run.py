@@ -44,6 +44,8 @@ class RunTelemetry:
         self.span_kind = span_kind
         self.tools = list(tools)
         self.span = otel.Span(None)
+        self.finished = False
+        self._iterations = 0
 
     @contextmanager
     def active(
@@ -62,6 +64,18 @@ class RunTelemetry:
             try:
                 self.event(EventKind.RUN_STARTED, attributes=attributes, content=content)
                 yield self
+            except BaseException as error:
+                # A run that raises (on_error="raise", a cancelled task) still ends its trace:
+                # without run_finished a recorder would keep its events forever and store none.
+                if not self.finished:
+                    self.finish(
+                        stop_reason=StopReason.ERROR,
+                        iterations=self._iterations,
+                        budget_used=BudgetSpend(),
+                        chunk_count=0,
+                        error=f"{type(error).__name__}: {error}",
+                    )
+                raise
             finally:
                 _current.reset(token)
 
@@ -77,6 +91,8 @@ class RunTelemetry:
         merged = dict(attributes or {})
         if content and trace_content_enabled():
             merged.update(content)
+        if kind is EventKind.ITERATION:
+            self._iterations += 1
         event = LoopEvent(
             engine=self.engine,
             kind=kind,
@@ -98,6 +114,7 @@ class RunTelemetry:
         content: Mapping[str, Any] | None = None,
     ) -> None:
         """Record the run's outcome on its span and emit ``run_finished``."""
+        self.finished = True
         self.span.set(
             otel.run_outcome(
                 stop_reason=stop_reason.value,

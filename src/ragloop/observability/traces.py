@@ -18,6 +18,7 @@ be shared or rebuilt without them, and a read-only or cached knowledge base stil
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -30,9 +31,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ragloop.core.errors import TraceNotFound
+from ragloop.core.errors import TraceCorrupted, TraceNotFound
 from ragloop.observability.events import EventKind, Listening, LoopEvent, listen
 from ragloop.observability.settings import trace_content_enabled
+
+logger = logging.getLogger("ragloop")
 
 _SCHEMA = [
     (
@@ -90,7 +93,7 @@ class TraceRecord(BaseModel):
             question=question if isinstance(question, str) else None,
             answer=answer if isinstance(answer, str) else None,
             stop_reason=str(finished.attributes.get("stop_reason")) if finished else None,
-            iterations=int(finished.attributes.get("iterations") or 0) if finished else 0,
+            iterations=_count(finished.attributes.get("iterations")) if finished else 0,
             content=content,
             meta=dict(meta or {}),
             events=list(events),
@@ -101,6 +104,14 @@ class TraceRecord(BaseModel):
         if self.finished_at is None:
             return None
         return round((self.finished_at - self.started_at) * 1000.0, 1)
+
+
+def _count(value: object) -> int:
+    """A non-negative count from an event attribute; anything else (a listener or a store that
+    altered it) counts as 0 rather than making the trace unreadable."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return max(0, value)
+    return 0
 
 
 def traces_path_for(kb_path: str | os.PathLike[str]) -> Path:
@@ -173,7 +184,13 @@ class TraceStore:
             "iterations, content, meta FROM traces ORDER BY started_at DESC LIMIT ?",
             (limit,),
         )
-        return [self._record(row, "[]") for row in rows]
+        records = []
+        for row in rows:
+            try:
+                records.append(self._record(row, "[]"))
+            except TraceCorrupted as error:  # one damaged row must not hide the others
+                logger.warning("%s", error)
+        return records
 
     def get(self, trace_id: str) -> TraceRecord:
         """The trace with this id, or the only one whose id starts with it."""
@@ -201,10 +218,14 @@ class TraceStore:
             "id engine started_at finished_at question answer stop_reason iterations content meta"
         ).split()
         data = dict(zip(keys, row, strict=True))
-        data["content"] = bool(data["content"])
-        data["meta"] = json.loads(data["meta"])
-        data["events"] = json.loads(events)
-        return TraceRecord.model_validate(data)
+        try:
+            data["content"] = bool(data["content"])
+            data["meta"] = json.loads(data["meta"])
+            data["events"] = json.loads(events)
+            return TraceRecord.model_validate(data)
+        except (ValueError, TypeError) as error:  # JSONDecodeError and ValidationError included
+            first = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise TraceCorrupted(f"stored trace {data['id']!r} is unreadable: {first}") from None
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -301,18 +322,21 @@ class TraceStep:
 
 
 def _chunks(attributes: Mapping[str, Any]) -> list[TraceChunk]:
-    refs = attributes.get("chunks") or []
-    texts = attributes.get("chunk_texts") or []
+    refs = attributes.get("chunks")
+    texts = attributes.get("chunk_texts")
+    refs = refs if isinstance(refs, list) else []
+    texts = texts if isinstance(texts, list) else []
     out = []
     for i, ref in enumerate(refs):
         if isinstance(ref, dict):
             text = texts[i] if i < len(texts) and isinstance(texts[i], str) else None
+            score = ref.get("score")
             out.append(
                 TraceChunk(
                     id=str(ref.get("id", "")),
                     source=str(ref.get("source", "")),
-                    score=float(ref.get("score") or 0.0),
-                    title=ref.get("title"),
+                    score=float(score) if isinstance(score, int | float) else 0.0,
+                    title=ref["title"] if isinstance(ref.get("title"), str) else None,
                     text=text,
                 )
             )

@@ -132,7 +132,12 @@ def discover(
 def _decode(data: bytes, encodings: Iterable[str]) -> tuple[str, str]:
     for bom, name in _BOMS:
         if data.startswith(bom):
-            return data.decode(name), name
+            try:
+                return data.decode(name), name
+            except UnicodeDecodeError as error:  # a BOM, then bytes that are not that encoding
+                raise SkipFile(
+                    f"cannot decode the text as {name} (its BOM says so): {error.reason}"
+                ) from None
     if b"\x00" in data[:8192]:
         raise SkipFile("binary file (contains NUL bytes)")
     tried = ["utf-8"]
