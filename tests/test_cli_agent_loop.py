@@ -102,7 +102,7 @@ def test_demo_finds_priyas_pick_and_its_tent(tmp_path):
     result = ragloop("agent-loop", question, "--demo", "--json", env=env)
     assert result.returncode == 0, result.stderr
     run = json.loads(result.stdout)
-    assert len(run["iterations"]) == 2  # the second hop follows the names the first found
+    assert len(run["iterations"]) >= 2  # later hops follow the names the first one found
     sources = [c["source"] for c in run["chunks"]]
     assert set(sources[:2]) == {"staff/staff-picks.md", "products/skylark-2.md"}
     both = ragloop("agent-loop", question, "--demo", "--kb", str(tmp_path / "kb.sqlite"), env=env)
