@@ -26,11 +26,12 @@ from typing import Any
 from datasets import hotpot_pool
 
 from ragloop.components.text import count_tokens, split_sentences
+from ragloop.retrieval.bm25 import query_words
+from ragloop.retrieval.fusion import RRF_K
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
 from ragloop.retrieval.postgres_schema import BM25_QUERY
 from ragloop.retrieval.postgres_server import TemporaryPostgres
 from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
-from ragloop.retrieval.store_sqlite import fts_query
 from ragloop.testing import HashEmbedder
 
 N_CHUNKS = int(os.environ.get("RAGLOOP_BENCH_CHUNKS", "100000"))
@@ -128,7 +129,7 @@ def timed(queries: list[str], search: Callable[[str], Any]) -> tuple[float, floa
 def sql_hybrid(kb: KnowledgeBase, store: PostgresStore, query: str) -> list[str]:
     """Hybrid search fused in SQL (one statement: BM25, HNSW, reciprocal rank fusion), to
     compare with the knowledge base's fusion in Python over two store queries."""
-    terms = fts_query(query)[1] or ["none"]
+    terms = query_words(query) or ["none"]
     depth = max(TOP_K * 4, 40)
     keyword = BM25_QUERY.format(scope="true")
     statement = f"""
@@ -139,7 +140,7 @@ def sql_hybrid(kb: KnowledgeBase, store: PostgresStore, query: str) -> list[str]
                     WHERE embedding IS NOT NULL ORDER BY d LIMIT %s) v)
         SELECT c.id FROM (
             SELECT coalesce(kw.pk, sem.pk) AS pk,
-                   coalesce(1.0 / (60 + kw.r), 0) + coalesce(1.0 / (60 + sem.r), 0) AS rrf
+                   coalesce(1.0 / ({RRF_K} + kw.r), 0) + coalesce(1.0 / ({RRF_K} + sem.r), 0) AS rrf
             FROM kw FULL OUTER JOIN sem ON kw.pk = sem.pk) f
         JOIN chunks c ON c.pk = f.pk ORDER BY f.rrf DESC, f.pk LIMIT %s
     """

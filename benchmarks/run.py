@@ -77,6 +77,10 @@ def main() -> None:
         existing[path.stem] = f"{text}\n\n{stamp}\n"
         if path.stem not in order:
             order.append(path.stem)
+        write(existing, order)  # after every module: a later failure loses nothing
+
+
+def write(existing: dict[str, str], order: list[str]) -> None:
     body = "\n".join(
         f"<!-- section: {name} -->\n{existing[name]}<!-- end: {name} -->\n"
         for name in sorted(order, key=lambda n: (n.startswith("slow_"), n))
