@@ -10,8 +10,11 @@ from typing import Any, cast
 from ragloop.components.generators import strip_citations
 from ragloop.core.calls import call, method
 from ragloop.core.protocols import ChatModel, Embedder
-from ragloop.core.records import Message, ModelResponse, Tool
+from ragloop.core.rag_records import LoopIteration, LoopResult
+from ragloop.core.records import Message, ModelResponse, StopReason, Tool
+from ragloop.engines.agent import AgentLoop
 from ragloop.engines.rag import RAGLoop
+from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.evaluation.datasets import EvalDataset, iter_documents
 from ragloop.evaluation.harness import Configuration, Outcome, ranked_passages
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase, SearchMode
@@ -63,8 +66,6 @@ class RetrievalLoopConfiguration:
     baseline = False
 
     def __init__(self, kb: KnowledgeBase, *, name: str = "RetrievalLoop", **config: Any) -> None:
-        from ragloop.engines.retrieval import RetrievalLoop
-
         self.kb = kb
         self.name = name
         self.loop = RetrievalLoop.offline(kb, **config)
@@ -107,6 +108,15 @@ def _counted(config: dict[str, Any]) -> CountingModel | None:
     return counter
 
 
+def answered_by(result: LoopResult) -> LoopIteration | None:
+    """The iteration the run's answer came from: the converging one, else the best."""
+    if not result.trace:
+        return None
+    if result.stop_reason is StopReason.CONVERGED:
+        return result.trace[-1]
+    return result.best_iteration
+
+
 class RAGLoopConfiguration:
     """``RAGLoop.offline(kb, **config)`` (with ``model=``, the LLM components): its answer,
     and as evidence the chunks of the iteration the answer came from, then those of the other
@@ -131,10 +141,8 @@ class RAGLoopConfiguration:
     def run(self, question: str) -> Outcome:
         before, calls = self.kb.searches, self.model.calls if self.model else 0
         result = self.loop.run(question)
-        answered = next(
-            (it for it in result.trace if it.answer == result.answer), None
-        )  # the converging or best iteration
-        ordered = ([answered] if answered else []) + [it for it in result.trace if it != answered]
+        answered = answered_by(result)
+        ordered = sorted(result.trace, key=lambda it: it is not answered)  # stable: then in order
         usage = result.usage
         return Outcome(
             ranked=ranked_passages([c for it in ordered for c in it.chunks])[:DEPTH],
@@ -153,8 +161,6 @@ class AgentLoopConfiguration:
     baseline = False
 
     def __init__(self, kb: KnowledgeBase, *, name: str = "AgentLoop", **options: Any) -> None:
-        from ragloop.engines.agent import AgentLoop
-
         self.kb = kb
         self.name = name
         self.model = _counted(options)
