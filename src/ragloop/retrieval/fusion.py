@@ -7,7 +7,8 @@ A chunk's fused score is the weighted sum over the lists of ``weight / (k + rank
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
 
 from ragloop.core.records import Chunk
 
@@ -15,6 +16,37 @@ from ragloop.core.records import Chunk
 # here (HotpotQA, MuSiQue, SciFact, FiQA), fusing bm25 with dense search scored best with a
 # small k, which lets the top ranks of each list dominate (see BENCHMARKS.md, "Fusion").
 RRF_K = 5
+
+K = TypeVar("K", bound=Hashable)
+
+
+def fuse(
+    rankings: Mapping[str, Sequence[tuple[K, float]]],
+    *,
+    top_k: int,
+    k: int = RRF_K,
+    weights: dict[str, float] | None = None,
+) -> list[tuple[K, float, dict[str, float]]]:
+    """Fuse named rankings of (key, score) into the ``top_k`` keys, best first, each with its
+    fused score and its signals (each list's score and rank); ties keep the order of first
+    appearance. Keys are whatever identifies an item: chunk ids, or a store's row numbers."""
+    weights = weights or {}
+    fused: dict[K, float] = {}
+    signals: dict[K, dict[str, float]] = {}
+    for name, ranking in rankings.items():
+        weight = weights.get(name, 1.0)
+        for rank, (key, score) in enumerate(ranking, 1):
+            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
+            detail = signals.setdefault(key, {})
+            detail[name] = round(score, 6)
+            detail[f"{name}_rank"] = rank
+    best = sum(weights.get(name, 1.0) for name in rankings) / (k + 1)
+    order = sorted(fused, key=lambda key: -fused[key])  # stable: first appearance on ties
+    out = []
+    for key in order[:top_k]:
+        score = min(1.0, fused[key] / best) if best > 0 else 0.0
+        out.append((key, score, {**signals[key], "rrf": round(score, 6)}))
+    return out
 
 
 def reciprocal_rank_fusion(
@@ -26,24 +58,19 @@ def reciprocal_rank_fusion(
 ) -> list[Chunk]:
     """Fuse named rankings (e.g. ``{"bm25": [...], "dense": [...]}``) into one list of
     ``top_k`` chunks, best first; ties keep the order of first appearance."""
-    weights = weights or {}
-    fused: dict[str, float] = {}
     first: dict[str, Chunk] = {}
-    signals: dict[str, dict[str, float]] = {}
-    for name, ranking in rankings.items():
-        weight = weights.get(name, 1.0)
-        for rank, chunk in enumerate(ranking, 1):
-            fused[chunk.id] = fused.get(chunk.id, 0.0) + weight / (k + rank)
+    for ranking in rankings.values():
+        for chunk in ranking:
             first.setdefault(chunk.id, chunk)
-            detail = signals.setdefault(chunk.id, {})
-            detail[name] = round(chunk.score, 6)
-            detail[f"{name}_rank"] = rank
-    best = sum(weights.get(name, 1.0) for name in rankings) / (k + 1)
-    order = sorted(fused, key=lambda cid: -fused[cid])  # stable: first appearance on ties
-    out = []
-    for chunk_id in order[:top_k]:
-        chunk = first[chunk_id]
-        score = min(1.0, fused[chunk_id] / best) if best > 0 else 0.0
-        metadata = {**chunk.metadata, "scores": {**signals[chunk_id], "rrf": round(score, 6)}}
-        out.append(chunk.model_copy(update={"score": score, "metadata": metadata}))
-    return out
+    fused = fuse(
+        {name: [(c.id, c.score) for c in ranking] for name, ranking in rankings.items()},
+        top_k=top_k,
+        k=k,
+        weights=weights,
+    )
+    return [
+        first[chunk_id].model_copy(
+            update={"score": score, "metadata": {**first[chunk_id].metadata, "scores": signals}}
+        )
+        for chunk_id, score, signals in fused
+    ]

@@ -413,6 +413,11 @@ class KnowledgeBase:
         if mode == "dense":
             return self.store.vector_search(vector, top_k, scope)
         depth = max(top_k * 4, 40)
+        hybrid_search = getattr(self.store, "hybrid_search", None)
+        if hybrid_search is not None:  # a store that fuses before reading rows (SQLite)
+            return hybrid_search(  # type: ignore[no-any-return]
+                query, vector, top_k, scope, depth=depth, k=self.rrf_k, weights=self.fusion_weights
+            )
         rankings = {
             "bm25": self.store.keyword_search(query, depth, scope),
             "dense": self.store.vector_search(vector, depth, scope),

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
 from ragloop.retrieval.bm25 import BM25Index, analyze, pack, term_frequencies, unpack
+from ragloop.retrieval.fusion import fuse
 from ragloop.retrieval.store import (
     ChunkRecord,
     CollectionInfo,
@@ -108,6 +109,8 @@ _CHUNK_COLUMNS = (
     "c.pk, c.id, c.position, c.content, c.heading_path, c.metadata, "
     "d.collection, d.source, d.title, d.metadata"
 )
+MMAP_BYTES = 1 << 30  # address space, not memory: pages load on demand
+
 _SELECT_CHUNKS = f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id"
 
 
@@ -125,7 +128,9 @@ class _DenseIndex:
     model_id: str
     pks: npt.NDArray[np.int64]
     collections: npt.NDArray[np.str_]
-    matrix: npt.NDArray[np.float32]
+    # (dimension, chunks), one column per chunk: ``query @ columns`` runs 2 to 3 times faster
+    # than ``rows @ query`` here (BLAS walks contiguous memory in that layout)
+    columns: npt.NDArray[np.float32]
 
 
 class SQLiteStore:
@@ -162,6 +167,9 @@ class SQLiteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
+            # reads through a memory map skip a copy per page: a search fetches its chunks
+            # from pages scattered over the file (about a third of a bm25 query's time at 100k)
+            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -407,6 +415,14 @@ class SQLiteStore:
         return mask
 
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
+        hits = self._keyword_hits(query, top_k, scope)
+        return self._chunks(
+            [(pk, score, {"bm25": round(score, 6), "bm25_raw": round(raw, 6)})
+             for pk, score, raw in hits]
+        )  # fmt: skip
+
+    def _keyword_hits(self, query: str, top_k: int, scope: Scope) -> list[tuple[int, float, float]]:
+        """(row pk, normalised score, raw BM25) of the ``top_k`` best rows, best first."""
         terms = analyze(query)
         if not terms or scope.empty or top_k < 1:
             return []
@@ -414,16 +430,41 @@ class SQLiteStore:
         ids = self._term_ids(self._conn(), terms, add=False)
         mask = self._scope_mask(index.pks, index.collections, scope)
         hits = index.bm25.search([ids[t] for t in terms if t in ids], top_k, mask)
+        return [(int(index.pks[i]), score, raw) for i, score, raw in hits]
+
+    def hybrid_search(
+        self,
+        query: str,
+        vector: Sequence[float],
+        top_k: int,
+        scope: Scope,
+        *,
+        depth: int,
+        k: int,
+        weights: dict[str, float],
+    ) -> list[Chunk]:
+        """Keyword and vector search fused by reciprocal rank fusion on row numbers, so only
+        the ``top_k`` fused rows are read (the knowledge base's generic fusion reads every
+        row of both lists: ``2 * depth``)."""
+        rankings = {
+            "bm25": [(pk, score) for pk, score, _ in self._keyword_hits(query, depth, scope)],
+            "dense": self._vector_hits(vector, depth, scope),
+        }
+        return self._chunks(fuse(rankings, top_k=top_k, k=k, weights=weights))
+
+    def _chunks(self, hits: Sequence[tuple[int, float, dict[str, float]]]) -> list[Chunk]:
+        """The chunks of (row pk, score, signals), in order; each signal dict becomes the
+        chunk's ``metadata["scores"]``."""
         if not hits:
             return []
-        by_pk = self._rows_by_pk([int(index.pks[i]) for i, _, _ in hits])
+        by_pk = self._rows_by_pk([pk for pk, _, _ in hits])
         out = []
-        for i, score, raw in hits:
-            row = by_pk.get(int(index.pks[i]))
+        for pk, score, signals in hits:
+            row = by_pk.get(pk)
             if row is None:  # replaced by a writer since the index was loaded: skip it
                 continue
             chunk = _to_chunk(row, score)
-            chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
+            chunk.metadata["scores"] = signals
             out.append(chunk)
         return out
 
@@ -509,51 +550,44 @@ class SQLiteStore:
             )
             .fetchall()
         )
-        matrix = np.zeros((len(rows), model[1]), dtype=np.float32)
-        for i, row in enumerate(rows):
-            matrix[i] = np.frombuffer(row[2], dtype=np.float32)
+        matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+        columns = np.ascontiguousarray(matrix.reshape(len(rows), model[1]).T)
         index = _DenseIndex(
             generation,
             model[0],
             np.array([r[0] for r in rows], dtype=np.int64),
             np.array([r[1] for r in rows], dtype=np.str_),
-            matrix,
+            columns,
         )
         self._dense = index
         return index
 
     def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
+        hits = self._vector_hits(vector, top_k, scope)
+        return self._chunks([(pk, score, {"dense": round(score, 6)}) for pk, score in hits])
+
+    def _vector_hits(
+        self, vector: Sequence[float], top_k: int, scope: Scope
+    ) -> list[tuple[int, float]]:
+        """(row pk, cosine clipped to [0, 1]) of the ``top_k`` nearest rows, best first."""
         index = self._dense_index()
         if index is None or scope.empty or top_k < 1 or not len(index.pks):
             return []
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
-        if query.shape != (index.matrix.shape[1],) or norm == 0.0:
+        if query.shape != (index.columns.shape[0],) or norm == 0.0:
             raise StoreError(
                 f"query vector has shape {query.shape}; the index holds "
-                f"{index.matrix.shape[1]}-d vectors"
+                f"{index.columns.shape[0]}-d vectors"
             )
-        scores = index.matrix @ (query / norm)
+        scores = (query / norm) @ index.columns
         mask = self._scope_mask(index.pks, index.collections, scope)
         if mask is None:
-            mask = np.ones(len(scores), dtype=bool)
-        candidates = np.flatnonzero(mask)
-        if not len(candidates):
-            return []
-        k = min(top_k, len(candidates))
-        top = candidates[np.argpartition(-scores[candidates], k - 1)[:k]]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        by_pk = self._rows_by_pk([int(index.pks[i]) for i in top])
-        out = []
-        for i in top:
-            score = float(min(1.0, max(0.0, scores[i])))
-            row = by_pk.get(int(index.pks[i]))
-            if row is None:  # replaced by a writer since the index was loaded: skip it
-                continue
-            chunk = _to_chunk(row, score)
-            chunk.metadata["scores"] = {"dense": round(score, 6)}
-            out.append(chunk)
-        return out
+            top = _best(scores, top_k)
+        else:
+            candidates = np.flatnonzero(mask)
+            top = candidates[_best(scores[candidates], top_k)]
+        return [(int(index.pks[i]), float(min(1.0, max(0.0, scores[i])))) for i in top]
 
     def _rows_by_pk(self, pks: list[int]) -> dict[int, tuple[Any, ...]]:
         marks = ",".join("?" * len(pks))
@@ -640,6 +674,15 @@ class SQLiteStore:
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
 
 
+def _best(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
+    """Positions of the ``k`` highest scores, best first (stable on ties)."""
+    k = min(k, len(scores))
+    if not k:
+        return np.zeros(0, dtype=np.intp)
+    top = np.argpartition(-scores, k - 1)[:k]
+    return top[np.argsort(-scores[top], kind="stable")]
+
+
 def _blob(vector: Sequence[float]) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
@@ -663,11 +706,23 @@ def _to_chunk(row: Sequence[Any], score: float) -> Chunk:
         title,
         doc_meta,
     ) = row
-    metadata: dict[str, Any] = {**json.loads(doc_meta), **json.loads(chunk_meta)}
+    metadata: dict[str, Any] = {**_parse_json(doc_meta), **_parse_json(chunk_meta)}
     metadata.update(
         collection=collection,
         title=title,
-        heading_path=json.loads(heading_path),
+        heading_path=_parse_json(heading_path),
         position=position,
     )
-    return Chunk(content=content, source=source, score=score, metadata=metadata, id=chunk_id)
+    # the row was validated when it was written; a search returns many, so skip revalidation
+    return Chunk.model_construct(
+        content=content, source=source, score=score, metadata=metadata, id=chunk_id
+    )
+
+
+def _parse_json(text: str) -> Any:
+    """A stored JSON value; the empty containers most rows hold skip the parser."""
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
+    return json.loads(text)

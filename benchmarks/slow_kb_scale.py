@@ -1,0 +1,14 @@
+"""bench_kb_scale.py at 100k chunks (about 12 minutes here, most of it ingesting):
+`python benchmarks/run.py --slow`."""
+
+from __future__ import annotations
+
+import bench_kb_scale
+
+
+def run() -> str:
+    return bench_kb_scale.run(100_000, command="python benchmarks/run.py --slow")
+
+
+if __name__ == "__main__":
+    print(run())
