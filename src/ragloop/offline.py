@@ -11,6 +11,7 @@ One section per engine: RAGLoop, AgentLoop, and RetrievalLoop answered by one RA
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ragloop.components.controller import OfflineController
@@ -25,6 +26,7 @@ from ragloop.core.records import Chunk
 from ragloop.engines.agent import AgentLoop, SearchFn
 from ragloop.engines.rag import LoopConfig, RAGLoop
 from ragloop.engines.retrieval import RetrievalLoop
+from ragloop.offline_retrieval import offline_retrieval_loop
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 
@@ -99,17 +101,46 @@ def _rag_loop(
 # -- AgentLoop ----------------------------------------------------------------------------------
 
 
+class LinkedSearch:
+    """The offline AgentLoop's search tool over a knowledge base: every search runs
+    :meth:`RetrievalLoop.offline <ragloop.RetrievalLoop.offline>` (a hybrid search and one hop
+    along the link graph) within the collections the call names, and returns the best
+    ``limit`` chunks of its evidence. One loop per scope, so its caches serve every search."""
+
+    def __init__(self, kb: KnowledgeBase) -> None:
+        self.kb = kb
+        self._loops: dict[tuple[str, ...] | None, RetrievalLoop] = {}
+
+    async def __call__(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        collection: str | None = None,
+        collections: Sequence[str] | None = None,
+    ) -> list[Chunk]:
+        requested = [collection] if collection is not None else collections
+        scope = None if requested is None else tuple(requested)
+        if scope not in self._loops:
+            retriever = self.kb.retriever(collection=None if scope is None else list(scope))
+            self._loops[scope] = offline_retrieval_loop(retriever)
+        return (await self._loops[scope].arun(query)).chunks[:limit]
+
+
 def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -> AgentLoop:
     """An :class:`~ragloop.AgentLoop` over a knowledge base or a retriever.
 
     Without ``model`` the controller is :class:`~ragloop.OfflineController` (rule-based: it
     searches the question and its parts, follows the link graph's bridges and answers with the
-    extractive generator); with ``model``, the model drives. ``options`` go to ``AgentLoop``
-    (``max_iterations=``, ``collections=``, ``budget=``, ...).
+    extractive generator) and, over a knowledge base, each of its searches is a
+    :class:`LinkedSearch` (HotpotQA: +5 points of recall@5 over plain searches, see
+    BENCHMARKS.md); with ``model``, the model drives and searches the knowledge base directly.
+    ``options`` go to ``AgentLoop`` (``max_iterations=``, ``collections=``, ``budget=``, ...).
     """
-    search: Retriever | SearchFn
-    if hasattr(source, "retriever") and hasattr(source, "linked_chunks"):
-        search = source.retriever().search  # the function form: collections reach the store
+    search: Retriever | SearchFn | LinkedSearch
+    if isinstance(source, KnowledgeBase):
+        # the function forms: the collections a call names reach the store
+        search = source.retriever().search if model is not None else LinkedSearch(source)
     else:
         search = _retriever(source)
     controller = model if model is not None else OfflineController(corpus=Corpus.of(source))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragloop import Chunk, ConfigError, ExtractiveGenerator, LLMGenerator
+from ragloop import Chunk, ConfigError, Corpus, ExtractiveGenerator, LLMGenerator
 from ragloop.components.generators import NO_ANSWER, strip_citations
 from ragloop.testing import ScriptedModel
 
@@ -101,3 +101,26 @@ def test_the_llm_generator_takes_a_reply_that_is_not_json_as_the_answer():
     assert (out.answer, out.confidence) == ("Twelve pounds a night.", 0.5)
     empty = LLMGenerator(ScriptedModel(['{"answer": "", "confidence": 1}'])).generate("C?", chunks)
     assert (empty.answer, empty.confidence) == (NO_ANSWER, 0.0)
+
+
+def test_only_the_best_sentences_by_words_are_embedded(shop_kb_dense):
+    """Embedding is most of an extractive answer's cost: of many candidate sentences only
+    ``EMBEDDED_SENTENCES`` (the best without similarity) are embedded, and the answer is
+    still the sentence that answers."""
+    from ragloop.components import extractive
+
+    question = "How much does the Skylark 2 weigh?"
+    chunks = search(shop_kb_dense, question, "tents", "delivery", "returns", top_k=5)
+    sentences = extractive.split_chunks(chunks)
+    assert len(sentences) > extractive.EMBEDDED_SENTENCES
+    corpus = Corpus.of(shop_kb_dense)
+    embedded: list[str] = []
+    embed = corpus.embedder.embed
+    corpus.embedder.embed = lambda texts: embedded.extend(texts) or embed(texts)
+    try:
+        answer = ExtractiveGenerator(corpus=corpus).generate(question, chunks).answer
+    finally:
+        corpus.embedder.embed = embed
+    embedded_sentences = set(embedded) & {s.text for s in sentences}
+    assert len(embedded_sentences) == extractive.EMBEDDED_SENTENCES
+    assert "It weighs 1.6 kg" in answer

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 
@@ -10,9 +11,11 @@ import pytest
 from ragloop import (
     AgentLoop,
     ConfigError,
+    Document,
     ExtractiveGenerator,
     HeuristicEvaluator,
     HeuristicReformulator,
+    KnowledgeBase,
     LLMEvaluator,
     LLMGenerator,
     LLMReformulator,
@@ -21,7 +24,7 @@ from ragloop import (
     RAGLoop,
     StopReason,
 )
-from ragloop.offline import agent_loop, rag_loop
+from ragloop.offline import LinkedSearch, agent_loop, rag_loop
 from ragloop.testing import InMemoryRetriever, ScriptedModel
 
 
@@ -89,3 +92,37 @@ def test_the_engines_do_not_import_the_wiring_until_asked():
         "assert 'ragloop.offline' not in sys.modules, 'imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_offline_agent_searches_follow_links_within_the_collections_asked():
+    """AgentLoop.offline's search tool over a knowledge base is a LinkedSearch: a search
+    brings the document its best chunk names (the link-graph hop), and a search scoped to a
+    collection never leaves it."""
+    kb = KnowledgeBase.in_memory(embedder=None)
+    kb.add_documents(
+        [
+            Document(
+                title="Harbour Bridge",
+                source="bridge.md",
+                text="The Harbour Bridge was designed by Mara Lind, an engineer from Oslo.",
+            ),
+            Document(
+                title="Mara Lind",
+                source="lind.md",
+                text="She studied at the polytechnic and later taught structural design.",
+            ),
+        ],
+        collection="engineering",
+    )
+    kb.add_documents(
+        [Document(title="Harbour Bridge Café", source="cafe.md", text="The bridge café.")],
+        collection="food",
+    )
+    loop = AgentLoop.offline(kb)
+    assert isinstance(loop.backend.fn, LinkedSearch)
+    search = LinkedSearch(kb)
+    found = asyncio.run(search("Who designed the Harbour Bridge?", limit=5))
+    assert {c.source for c in found} >= {"bridge.md", "lind.md"}  # lind.md only by the link
+    scoped = asyncio.run(search("Harbour Bridge", limit=5, collection="food"))
+    assert [c.source for c in scoped] == ["cafe.md"]
+    assert asyncio.run(search("Harbour Bridge", limit=5, collections=[])) == []

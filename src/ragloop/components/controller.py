@@ -86,7 +86,7 @@ def read_conversation(messages: Sequence[Message], corpus: Corpus | None = None)
     return seen
 
 
-def _call(name: str, **arguments: str) -> ToolCall:
+def _call(name: str, **arguments: object) -> ToolCall:
     return ToolCall(name=name, arguments=arguments)
 
 
@@ -95,22 +95,34 @@ class OfflineController:
 
     ``corpus`` (a :class:`~ragloop.KnowledgeBase`, a retriever or a ``Corpus``) gives it the
     link graph, the embedder and the documents' vocabulary; ``max_searches`` caps the searches
-    of a run; ``threshold`` is the evaluation score at which it answers.
+    of a run; ``threshold`` is the evaluation score at which it answers; ``search_limit`` is
+    the chunks each search asks for (the loop shows it the first 5; all count as gathered, and
+    with 10 rather than 5 the gathered evidence lost no recall@10 to one search on FiQA and
+    SciFact, BENCHMARKS.md).
     """
 
     name = "offline-controller"
 
     def __init__(
-        self, *, corpus: object = None, max_searches: int = 8, threshold: float = 0.8
+        self,
+        *,
+        corpus: object = None,
+        max_searches: int = 8,
+        threshold: float = 0.8,
+        search_limit: int = 10,
     ) -> None:
         self.corpus = None if corpus is None else Corpus.of(corpus)
         self.generator = ExtractiveGenerator(corpus=self.corpus)
         self.evaluator = HeuristicEvaluator(corpus=self.corpus)
         self.max_searches = max_searches
         self.threshold = threshold
+        self.search_limit = search_limit
 
     def __call__(self, messages: list[Message], tools: list[Tool] | None = None) -> ModelResponse:
         return self.complete(messages, tools)
+
+    def _search(self, query: str) -> ToolCall:
+        return _call("search", query=query, limit=self.search_limit)
 
     def complete(self, messages: list[Message], tools: list[Tool] | None = None) -> ModelResponse:
         seen = read_conversation(messages, self.corpus)
@@ -121,7 +133,7 @@ class OfflineController:
             parts = profile(seen.question).parts
             queries = [seen.question, *parts] if len(parts) > 1 else [seen.question]
             note = "Searching the question" + (" and each of its parts." if len(parts) > 1 else ".")
-            return ModelResponse(text=note, tool_calls=[_call("search", query=q) for q in queries])
+            return ModelResponse(text=note, tool_calls=[self._search(q) for q in queries])
         output = self.generator.generate(seen.question, seen.chunks)
         verdict, found = self.evaluator.judge(seen.question, seen.chunks, output.answer)
         if found.complete and verdict.score >= self.threshold:
@@ -136,7 +148,7 @@ class OfflineController:
             plan = list({normalize_query(q): (q, why) for q, why in plan}.values())
             plan = plan[: min(MAX_QUERIES_PER_TURN, room)]
             note = f"{verdict.reason}. " + " ".join(why for _, why in plan)
-            return ModelResponse(text=note, tool_calls=[_call("search", query=q) for q, _ in plan])
+            return ModelResponse(text=note, tool_calls=[self._search(q) for q, _ in plan])
         if output.answer != NO_ANSWER:
             return self._answer(
                 output, f"Nothing new left to search; answering ({verdict.reason})."

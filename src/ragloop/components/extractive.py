@@ -50,6 +50,7 @@ MAX_SENTENCE_CHARS = 600
 SOFT_SIMILARITY = 0.55  # word-to-word cosine at which a word says a question term in other words
 SOFT_WEIGHT = 0.8
 SOFT_CANDIDATES = 10  # best sentences checked for soft matches
+EMBEDDED_SENTENCES = 12  # best sentences (scored without similarity) that get embedded
 STAND_INS = 4  # corpus words that may stand for a question word the corpus never uses
 UNTYPED_FACTOR = 0.6  # a sentence without the kind of answer asked for ("how heavy": a weight)
 MIN_GAIN = 0.2  # share of the question's weight a further sentence must add
@@ -228,13 +229,28 @@ def soft_matches(corpus: Corpus, terms: list[str], texts: list[str]) -> list[set
 
 
 def sentence_similarity(
-    corpus: Corpus | None, question: str, sentences: list[Sentence]
+    corpus: Corpus | None, scorer: SentenceScorer, chunks: Sequence[Chunk]
 ) -> list[float] | None:
-    """Cosine similarity of each sentence to the question (None without an embedder)."""
+    """Cosine similarity of each of the scorer's sentences to the question (None without an
+    embedder).
+
+    Embedding is most of an extractive answer's cost, so only the ``EMBEDDED_SENTENCES``
+    sentences that score best without it are embedded; the others get the lowest similarity
+    found among those, so the feature can lift a sentence but never pushes an unembedded one
+    past an embedded one that scored better.
+    """
+    sentences = scorer.sentences
     if corpus is None or corpus.embedder is None or not sentences:
         return None
-    sims = corpus.similarity(question, [s.text for s in sentences])
-    return None if sims is None else [float(x) for x in sims]
+    chosen = sentences
+    if len(sentences) > EMBEDDED_SENTENCES:
+        chosen = scorer._score(chunks, None)[:EMBEDDED_SENTENCES]
+    sims = corpus.similarity(scorer.question.text, [s.text for s in chosen])
+    if sims is None:
+        return None
+    by_sentence = {id(s): float(x) for s, x in zip(chosen, sims, strict=True)}
+    floor = min(by_sentence.values())
+    return [by_sentence.get(id(s), floor) for s in sentences]
 
 
 def new_names(sentence: Sentence, question: QuestionProfile) -> list[str]:

@@ -89,7 +89,7 @@ class ExtractiveGenerator:
         """The chosen sentences (best first) and the scorer that chose them."""
         sentences = split_chunks(chunks)
         scorer = SentenceScorer.build(query, sentences)
-        similarity = sentence_similarity(self.corpus, query, sentences)
+        similarity = sentence_similarity(self.corpus, scorer, chunks)
         ranked = scorer.score(chunks, similarity, self.corpus)
         return select(scorer, ranked, max_sentences=self.max_sentences), scorer
 

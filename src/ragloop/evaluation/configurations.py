@@ -11,7 +11,7 @@ from ragloop.components.generators import strip_citations
 from ragloop.core.calls import call, method
 from ragloop.core.protocols import ChatModel, Embedder
 from ragloop.core.rag_records import LoopIteration, LoopResult
-from ragloop.core.records import Message, ModelResponse, StopReason, Tool
+from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool
 from ragloop.engines.agent import AgentLoop
 from ragloop.engines.rag import RAGLoop
 from ragloop.engines.retrieval import RetrievalLoop
@@ -119,9 +119,10 @@ def answered_by(result: LoopResult) -> LoopIteration | None:
 
 class RAGLoopConfiguration:
     """``RAGLoop.offline(kb, **config)`` (with ``model=``, the LLM components): its answer,
-    and as evidence the chunks of the iteration the answer came from, then those of the other
-    iterations in order. ``loop`` evaluates a loop built otherwise (its retrieval calls are
-    still counted by ``kb``)."""
+    and as evidence every chunk its iterations retrieved, each at the best rank it reached in
+    any of them (ties: the iteration the answer came from first, then the others in order), as
+    the AgentLoop ranks what its searches gathered. ``loop`` evaluates a loop built otherwise
+    (its retrieval calls are still counted by ``kb``)."""
 
     baseline = False
 
@@ -143,9 +144,15 @@ class RAGLoopConfiguration:
         result = self.loop.run(question)
         answered = answered_by(result)
         ordered = sorted(result.trace, key=lambda it: it is not answered)  # stable: then in order
+        best: dict[str, tuple[tuple[int, int], Chunk]] = {}
+        for turn, iteration in enumerate(ordered):
+            for rank, chunk in enumerate(iteration.chunks):
+                if chunk.id not in best or (rank, turn) < best[chunk.id][0]:
+                    best[chunk.id] = ((rank, turn), chunk)
+        evidence = [chunk for _, chunk in sorted(best.values(), key=lambda item: item[0])]
         usage = result.usage
         return Outcome(
-            ranked=ranked_passages([c for it in ordered for c in it.chunks])[:DEPTH],
+            ranked=ranked_passages(evidence)[:DEPTH],
             answer=strip_citations(result.answer),
             retrieval_calls=self.kb.searches - before,
             llm_calls=(self.model.calls if self.model else 0) - calls,
