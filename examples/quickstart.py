@@ -7,8 +7,8 @@ kb = demo_knowledge_base()
 
 # 2. A loop that needs no LLM: it quotes the chunks (ExtractiveGenerator), judges the answer
 #    (HeuristicEvaluator) and rewrites the query (HeuristicReformulator), all three consulting
-#    the knowledge base itself. Three chunks per search keeps the context small, so a miss shows.
-loop = RAGLoop.offline(kb, top_k=3)
+#    the knowledge base itself. Each retrieval is a search and its hop along the link graph.
+loop = RAGLoop.offline(kb)
 result = loop.run("What is the warranty on the tent Priya Shah takes wild camping?")
 
 print(result.answer)  # quoted sentences, [n] citations, and their sources

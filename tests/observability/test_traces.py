@@ -167,3 +167,33 @@ def test_a_trace_without_content_still_renders():
 def test_a_record_needs_events():
     with pytest.raises(ValueError, match="at least one event"):
         TraceRecord.from_events([], content=False)
+
+
+def test_a_loop_run_inside_another_is_part_of_the_outer_trace_not_a_trace_of_its_own(
+    tmp_path,
+):
+    """RAGLoop.offline over a knowledge base retrieves through RetrievalLoop runs: the recorder
+    stores the RAGLoop's trace alone, and the retrieval runs still emit their events (marked as
+    nested) for listeners that want them."""
+    from ragloop import Document, KnowledgeBase
+    from ragloop.observability.events import NESTED_IN, EventKind, listen
+    from ragloop.offline import RetrievalLoopRetriever
+
+    kb = KnowledgeBase.in_memory(embedder=None)
+    kb.add_documents([Document(title=name, source=name, text=t) for name, t in DOCS.items()])
+    loop = RAGLoop.offline(kb, max_iterations=2)
+    assert isinstance(loop.retriever, RetrievalLoopRetriever)
+    started: list = []
+    store = TraceStore(tmp_path / "traces.sqlite")
+    with (
+        listen(lambda e: started.append(e) if e.kind is EventKind.RUN_STARTED else None),
+        TraceRecorder(store) as recorder,
+    ):
+        result = loop.run("What does it cost to hire a tent?")
+    (record,) = recorder.records.values()
+    assert record.engine == "rag"
+    assert record.iterations == result.iterations
+    assert [r.id for r in store.list()] == [record.id]
+    nested = [e for e in started if e.engine == "retrieval"]
+    assert nested
+    assert all(e.attributes[NESTED_IN] == record.id for e in nested)

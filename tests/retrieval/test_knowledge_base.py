@@ -356,3 +356,37 @@ def test_searches_survive_documents_replaced_by_another_writer(tmp_path, docs):
         assert "Ridgeline 2" not in chunk.content
     writer.close()
     reader.close()
+
+
+@pytest.mark.parametrize("collection", [None, "handbook", ["handbook", "other"]])
+def test_the_sqlite_store_fuses_row_numbers_as_the_generic_fusion_fuses_chunks(
+    tmp_path, docs, collection
+):
+    """The SQLite store's hybrid_search reads only the fused rows; it must return what fusing
+    the chunks of its two searches returns: same chunks, order, scores and signals."""
+    from ragloop.retrieval.fusion import reciprocal_rank_fusion
+    from ragloop.retrieval.store import Scope
+
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64))
+    kb.ingest(docs, collection="handbook")
+    kb.add_documents(
+        [Document(title="Returns abroad", source="abroad.md", text="Returns from abroad.")],
+        collection="other",
+    )
+    scope = Scope.of(collection, None)
+    for query in ("returns policy", "tent weight and pegs", "shipping costs abroad"):
+        vector = kb.query_vector(query)
+        generic = reciprocal_rank_fusion(
+            {
+                "bm25": kb.store.keyword_search(query, 40, scope),
+                "dense": kb.store.vector_search(vector, 40, scope),
+            },
+            top_k=5,
+            k=kb.rrf_k,
+        )
+        fused = kb.search(query, top_k=5, collection=collection, mode="hybrid")
+        assert [(c.id, c.score, c.metadata["scores"]) for c in fused] == [
+            (c.id, c.score, c.metadata["scores"]) for c in generic
+        ]
+        assert fused
+    kb.close()

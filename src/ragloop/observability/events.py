@@ -66,6 +66,27 @@ class LoopEvent(BaseModel):
 
 Listener = Callable[[LoopEvent], object]
 
+# run_started's attribute naming the run a run started inside (a RetrievalLoop that serves as
+# another loop's retriever): recorders and displays follow the outer run only
+NESTED_IN = "ragloop.parent_run_id"
+
+
+class NestedRuns:
+    """Tells which events belong to a run started inside another run."""
+
+    def __init__(self) -> None:
+        self._ids: set[str] = set()
+
+    def skip(self, event: LoopEvent) -> bool:
+        """True for every event of a nested run (its run_started says so)."""
+        if event.kind is EventKind.RUN_STARTED and NESTED_IN in event.attributes:
+            self._ids.add(event.run_id)
+        nested = event.run_id in self._ids
+        if nested and event.kind is EventKind.RUN_FINISHED:
+            self._ids.discard(event.run_id)
+        return nested
+
+
 _listeners: list[Listener] = []
 _lock = threading.Lock()
 

@@ -11,7 +11,7 @@ from uuid import uuid4
 from ragloop.core.budget import BudgetSpend
 from ragloop.core.records import StopReason, Tool
 from ragloop.observability import otel
-from ragloop.observability.events import EventKind, LoopEvent, emit
+from ragloop.observability.events import NESTED_IN, EventKind, LoopEvent, emit
 from ragloop.observability.settings import trace_content_enabled
 
 _current: ContextVar[RunTelemetry | None] = ContextVar("ragloop_run_telemetry", default=None)
@@ -56,6 +56,9 @@ class RunTelemetry:
     ) -> Iterator[RunTelemetry]:
         """Inside the block: the run span is open and this run is :func:`current_run`. Emits
         ``run_started`` on entry."""
+        parent = _current.get()
+        if parent is not None and parent is not self:  # e.g. a RetrievalLoop as a retriever
+            attributes = {**(attributes or {}), NESTED_IN: parent.run_id}
         with otel.run_span(
             self.engine, self.run_id, span_kind=self.span_kind, tools=self.tools
         ) as span:

@@ -32,7 +32,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
-from ragloop.observability.events import EventKind, Listening, LoopEvent, listen
+from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
 from ragloop.observability.settings import trace_content_enabled
 
 logger = logging.getLogger("ragloop")
@@ -249,11 +249,14 @@ class TraceRecorder:
         self.meta = dict(meta or {})
         self.records: dict[str, TraceRecord] = {}
         self._events: dict[str, list[LoopEvent]] = {}
+        self._nested = NestedRuns()
         self._lock = threading.Lock()
         self._listening: Listening | None = None
 
     def __call__(self, event: LoopEvent) -> None:
         with self._lock:
+            if self._nested.skip(event):  # part of an outer run, recorded as that run's step
+                return
             events = self._events.setdefault(event.run_id, [])
             events.append(event)
             if event.kind is not EventKind.RUN_FINISHED:

@@ -144,7 +144,13 @@ class Link:
 
 @runtime_checkable
 class Store(Protocol):
-    """Persistence and search for a knowledge base. Writes of one document are atomic."""
+    """Persistence and search for a knowledge base. Writes of one document are atomic.
+
+    A store may also offer ``hybrid_search(query, vector, top_k, scope, *, depth, k,
+    weights)``: keyword and vector search fused by reciprocal rank fusion
+    (:func:`ragloop.retrieval.fusion.fuse`) before any row is read. The knowledge base uses it
+    when present and otherwise fuses the chunks of the two searches itself.
+    """
 
     # documents
     def document_hash(self, collection: str, source: str) -> str | None: ...

@@ -415,11 +415,11 @@ class SQLiteStore:
         return mask
 
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
-        hits = self._keyword_hits(query, top_k, scope)
-        return self._chunks(
-            [(pk, score, {"bm25": round(score, 6), "bm25_raw": round(raw, 6)})
-             for pk, score, raw in hits]
-        )  # fmt: skip
+        hits = [
+            (pk, score, {"bm25": round(score, 6), "bm25_raw": round(raw, 6)})
+            for pk, score, raw in self._keyword_hits(query, top_k, scope)
+        ]
+        return self._chunks(hits)
 
     def _keyword_hits(self, query: str, top_k: int, scope: Scope) -> list[tuple[int, float, float]]:
         """(row pk, normalised score, raw BM25) of the ``top_k`` best rows, best first."""
