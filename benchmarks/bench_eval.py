@@ -143,11 +143,11 @@ def hotpot_sections() -> list[str]:
         "",
         "Each loop's evidence: every chunk it retrieved, at the best rank it reached in any "
         "of its searches (ties: RAGLoop's answering iteration first, the AgentLoop's order of "
-        "discovery). Both search 5 chunks per query (what the generator reads), so their lists "
-        "are short at k = 10 and 20. AgentLoop.offline searches through RetrievalLoop.offline "
-        "(a search and its link-graph hop). Answers are quoted sentences, so exact match is "
-        "near zero by design; F1 is token F1 against the short gold answer. The target: +10 "
-        "points of recall@5 over the baseline, p < 0.05.",
+        "discovery). Over a knowledge base both retrieve through RetrievalLoop.offline (a "
+        "search and its link-graph hop); RAGLoop reads 5 chunks per query, the AgentLoop asks "
+        "10 a search, so RAGLoop's lists are short at k = 10 and 20. Answers are quoted "
+        "sentences, so exact match is near zero by design; F1 is token F1 against the short "
+        "gold answer. The target: +10 points of recall@5 over the baseline, p < 0.05.",
         "",
         *tables(answering),
     ]
