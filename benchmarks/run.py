@@ -1,7 +1,7 @@
 """Run the benchmarks and write their sections into BENCHMARKS.md.
 
     python benchmarks/run.py            # every bench_*.py (what `make bench` runs)
-    python benchmarks/run.py --slow     # also slow_*.py (minutes to hours: the e5 embedder)
+    python benchmarks/run.py --slow     # also slow_*.py (about an hour: 100k-chunk scale, e5)
     python benchmarks/run.py NAME ...   # only these modules (e.g. bench_engine)
 
 Each module's ``run()`` returns a markdown section; it is written between markers, stamped with

@@ -98,8 +98,8 @@ def rag_loop(source: Any, *, model: ChatModel | None = None, **config: Any) -> R
 
     Without ``model``, over a knowledge base (or one of its retrievers), each retrieval is
     :class:`RetrievalLoopRetriever`: a hybrid search and its hop along the link graph
-    (HotpotQA: recall@5 of both gold passages 0.80 against 0.78 with plain searches, and
-    FiQA/SciFact keep one search's recall; BENCHMARKS.md).
+    (HotpotQA, 250 questions: recall@5 of both gold passages 0.80 against 0.78 with plain
+    searches, and 0.90 against 0.85 at 10).
 
     ``config`` holds :class:`~ragloop.LoopConfig` fields (``max_iterations=``, ``top_k=``, ...)
     or ``config=LoopConfig(...)``, and may replace a component: ``generator=``, ``evaluator=``,
@@ -158,8 +158,8 @@ def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -
     Without ``model`` the controller is :class:`~ragloop.OfflineController` (rule-based: it
     searches the question and its parts, follows the link graph's bridges and answers with the
     extractive generator) and, over a knowledge base, each of its searches is a
-    :class:`LinkedSearch` (HotpotQA: +5 points of recall@5 over plain searches, see
-    BENCHMARKS.md); with ``model``, the model drives and searches the knowledge base directly.
+    :class:`LinkedSearch` (HotpotQA, 100 questions: recall@5 of both gold passages 0.79
+    against 0.74 with plain searches); with ``model``, the model drives and searches the knowledge base directly.
     ``options`` go to ``AgentLoop`` (``max_iterations=``, ``collections=``, ``budget=``, ...).
     """
     search: Retriever | SearchFn | LinkedSearch
