@@ -159,8 +159,9 @@ def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -
     searches the question and its parts, follows the link graph's bridges and answers with the
     extractive generator) and, over a knowledge base, each of its searches is a
     :class:`LinkedSearch` (HotpotQA, 100 questions: recall@5 of both gold passages 0.79
-    against 0.74 with plain searches); with ``model``, the model drives and searches the knowledge base directly.
-    ``options`` go to ``AgentLoop`` (``max_iterations=``, ``collections=``, ``budget=``, ...).
+    against 0.74 with plain searches); with ``model``, the model drives and searches the
+    knowledge base directly. ``options`` go to ``AgentLoop`` (``max_iterations=``,
+    ``collections=``, ``budget=``, ...).
     """
     search: Retriever | SearchFn | LinkedSearch
     if isinstance(source, KnowledgeBase):
