@@ -7,7 +7,6 @@ import pytest
 from ragloop import KnowledgeBase, RAGLoop, ReformulationStrategy, StopReason
 from ragloop.demo import (
     DEMO_QUESTIONS,
-    DEMO_TOP_K,
     demo_documents,
     demo_kb_path,
     demo_knowledge_base,
@@ -26,7 +25,7 @@ def demo_kb(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def results(demo_kb):
-    loop = RAGLoop.offline(demo_kb, top_k=DEMO_TOP_K)  # as `ragloop ask --demo` runs it
+    loop = RAGLoop.offline(demo_kb)  # as `ragloop ask --demo` runs it
     return {q.kind: loop.run(q.text) for q in DEMO_QUESTIONS}
 
 

@@ -15,7 +15,7 @@ from ragloop.cli.display import LiveSteps, render_answer
 from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
-from ragloop.demo import DEMO_QUESTIONS, DEMO_TOP_K, demo_kb_path
+from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
 from ragloop.observability.events import listen
 from ragloop.observability.settings import set_trace_content, trace_content_configured
 from ragloop.observability.traces import TraceRecorder, TraceStore
@@ -159,7 +159,7 @@ def ask(
         set_trace_content(True)  # a local trace of your own question: keep its text
     settings: dict[str, Any] = {"max_iterations": max_iterations, "confidence_threshold": threshold}
     if engine in ("rag", "retrieval"):
-        settings["top_k"] = DEMO_TOP_K if top_k is None and demo else top_k
+        settings["top_k"] = top_k
     settings = {k: v for k, v in settings.items() if v is not None}
     questions = [question] if question is not None else [q.text for q in DEMO_QUESTIONS]
     kb = open_demo() if demo else open_kb(kb_location, create=False)

@@ -24,7 +24,6 @@ from ragloop.retrieval.embedders import default_embedder
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
 
 CACHE_ENV = "RAGLOOP_DEMO_DIR"
-DEMO_TOP_K = 5  # chunks per search in the demo
 
 
 @dataclass(frozen=True)
