@@ -125,7 +125,7 @@ def run_one(
     "--top-k",
     type=click.IntRange(1, 100),
     default=None,
-    help="Chunks the answer is drawn from (rag, retrieval; default 5, 3 with --demo).",
+    help="Chunks the answer is drawn from (rag, retrieval; default 5).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @click.option(
