@@ -35,6 +35,9 @@ from ragloop.retrieval.ingest import (
     SkipFile,
     discover,
     load_file,
+    shown,
+    storable,
+    storable_document,
 )
 from ragloop.retrieval.links import NameIndex, reverse_links
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
@@ -192,12 +195,15 @@ class KnowledgeBase:
         sync: bool = False,
     ) -> IngestReport:
         """Ingest files and folders into ``collection``. Unchanged files cost nothing; a changed
-        file replaces its chunks in one transaction. With ``sync=True``, documents of the
-        collection under the given folders whose files are gone are removed."""
+        file replaces its chunks in one transaction. A file or folder that cannot be read or
+        parsed is reported in ``skipped`` with the reason, and the rest is ingested. With
+        ``sync=True``, documents of the collection under the given folders whose files are gone
+        are removed (never those under a folder that could not be read)."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
-        found, skipped, roots = discover(list(paths))
-        report = IngestReport(skipped=list(skipped))
+        discovery = discover(list(paths))
+        found = discovery.found
+        report = IngestReport(skipped=list(discovery.skipped))
         seen: set[str] = set()
 
         def items() -> Iterable[
@@ -217,9 +223,13 @@ class KnowledgeBase:
 
         self._ingest(items(), len(found), collection, report, on_progress)
         if sync:
-            for root in roots:
+            for root in discovery.roots:
                 for source in self.store.sources(collection):
-                    if source not in seen and Path(source).is_relative_to(root):
+                    if (
+                        source not in seen
+                        and Path(source).is_relative_to(root)
+                        and discovery.may_remove(source)
+                    ):
                         report.removed += self.store.delete_document(source, collection)
         return report
 
@@ -249,8 +259,8 @@ class KnowledgeBase:
                         parsed = read_plain_text(d.text, path)
                     if d.title is not None:  # "" keeps the document untitled
                         parsed.title = d.title
-                    raw = hashlib.sha256(f"{d.title}\0{d.text}".encode()).hexdigest()
-                    return parsed, raw, dict(d.metadata)
+                    text = f"{d.title}\0{d.text}".encode("utf-8", "surrogatepass")
+                    return parsed, hashlib.sha256(text).hexdigest(), dict(d.metadata)
 
                 yield document.source, load
 
@@ -286,17 +296,27 @@ class KnowledgeBase:
             if on_progress:
                 on_progress(done, total, source)
             try:
+                if storable(source) != source:
+                    raise SkipFile("the name is not valid UTF-8")
                 parsed, raw_hash, metadata = load()
+                doc_hash = f"{raw_hash}:{signature}"
+                existing = self.store.document_hash(collection, source)
+                if existing == doc_hash:
+                    report.unchanged += 1
+                    continue
+                parsed, metadata = storable_document(parsed), storable(metadata)
+                record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
+                prepared = self._prepare(record, parsed, replaced=existing is not None)
             except SkipFile as reason:
-                report.skipped.append((source, str(reason)))
+                report.skipped.append((shown(source), str(reason)))
                 continue
-            doc_hash = f"{raw_hash}:{signature}"
-            existing = self.store.document_hash(collection, source)
-            if existing == doc_hash:
-                report.unchanged += 1
+            except StoreError:
+                raise
+            except Exception as error:  # one document's surprise never costs the others
+                logger.warning("could not ingest %s", shown(source), exc_info=True)
+                report.skipped.append((shown(source), f"{type(error).__name__}: {error}"))
                 continue
-            record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
-            pending.append(self._prepare(record, parsed, replaced=existing is not None))
+            pending.append(prepared)
             if sum(len(p.chunks) for p in pending) >= EMBED_BATCH:
                 self._write(pending, report, names)
                 pending = []

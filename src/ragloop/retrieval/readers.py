@@ -357,7 +357,6 @@ def read_pdf_bytes(data: bytes, path: Path) -> ParsedDocument:
     """Text of each page (pypdf, the ``pdf`` extra), paragraphs tagged with their page."""
     try:
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
     except ImportError:
         raise ReadError("PDF support needs the pdf extra: pip install 'ragloop[pdf]'") from None
     try:
@@ -367,8 +366,10 @@ def read_pdf_bytes(data: bytes, path: Path) -> ParsedDocument:
         pages = [page.extract_text() or "" for page in reader.pages]
         info = reader.metadata
         pdf_title = str(info.title).strip() if info and info.title else ""
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as error:
-        raise ReadError(f"unreadable PDF: {error}") from None
+    except ReadError:
+        raise
+    except Exception as error:  # pypdf raises many kinds (LimitReachedError, NotImplementedError)
+        raise ReadError(f"unreadable PDF: {type(error).__name__}: {error}") from None
     blocks = [
         Block("text", p, meta={"page": number})
         for number, page in enumerate(pages, 1)
