@@ -39,7 +39,7 @@ from ragloop.retrieval.ingest import (
     storable,
     storable_document,
 )
-from ragloop.retrieval.links import NameIndex, reverse_links
+from ragloop.retrieval.links import NameIndex, canonical, document_names, reverse_links
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
 from ragloop.retrieval.store import (
     ChunkRecord,
@@ -328,7 +328,6 @@ class KnowledgeBase:
         drafts = chunk_document(parsed, self.chunking)
         doc_key = f"{doc.collection}\0{doc.source}"
         chunks: list[ChunkRecord] = []
-        names: list[tuple[str, str, str]] = []
         occurrences: dict[str, int] = {}
         for draft in drafts:
             seen = occurrences.get(draft.text, 0)
@@ -345,10 +344,8 @@ class KnowledgeBase:
                 metadata=draft.meta,
             )
             chunks.append(record)
-            if draft.heading_path:
-                names.append((draft.heading_path[-1], record.id, doc_key))
-        if chunks:
-            names.insert(0, (doc.title, chunks[0].id, doc_key))
+        targets = document_names(doc.title, ((c.id, c.heading_path) for c in chunks))
+        names = [(name, target, doc_key) for name, target in targets]
         return _Prepared(doc, chunks, names, replaced)
 
     def _write(
@@ -361,10 +358,11 @@ class KnowledgeBase:
             doc_key = f"{prepared.doc.collection}\0{prepared.doc.source}"
             links: list[Link] = []
             if names is not None:
+                names.discard(doc_key)  # a replaced document's names pointed at its old chunks
                 for chunk in prepared.chunks:
                     for target, mention in names.mentions(chunk.content, doc_key):
                         links.append(Link(chunk.id, target, mention))
-                links.extend(reverse_links(self.store, prepared.names, set()))
+                links = canonical([*links, *reverse_links(self.store, prepared.names)])
             self.store.replace_document(prepared.doc, prepared.chunks, links)
             if names is not None:
                 for name, target, key in prepared.names:
