@@ -85,7 +85,8 @@ def test_a_magicmock_generate_fn_is_called_as_a_function_of_the_prompt(name):
     assert check(component)
     generate_fn.assert_called_once()
     (prompt,), kwargs = generate_fn.call_args
-    assert isinstance(prompt, str) and kwargs == {}
+    assert isinstance(prompt, str)
+    assert kwargs == {}
     generate_fn.complete.assert_not_called()
 
 
@@ -127,9 +128,9 @@ def test_the_llm_is_given_exactly_once(name):
         component_class()
     with pytest.raises(ConfigError, match="exactly one"):
         component_class(lambda prompt: "", model=ScriptedModel([]))
-    with pytest.raises(ConfigError, match="model: .*complete"):
+    with pytest.raises(ConfigError, match=r"model: .*complete"):
         component_class(model=lambda prompt: "")
-    with pytest.raises(ConfigError, match="generate_fn: .*function of the prompt"):
+    with pytest.raises(ConfigError, match=r"generate_fn: .*function of the prompt"):
         component_class("not a model")
 
 
@@ -146,4 +147,5 @@ def test_a_controller_that_is_callable_is_a_function_of_messages_and_tools():
 
     retriever = InMemoryRetriever(["refunds are paid within 30 days"])
     result = AgentLoop(Controller(), retriever).run(Q)
-    assert result.answer == "42" and calls == [3]
+    assert result.answer == "42"
+    assert calls == [3]

@@ -144,8 +144,9 @@ class LLMGenerator:
 
     ``generate_fn`` is a function of the prompt (sync or async) or a
     :class:`~ragloop.ChatModel`; ``model=`` names a chat model explicitly (see
-    :func:`ragloop.core.calls.resolve_llm` for the rule). A reply that is not the expected JSON is taken as the answer
-    itself, with confidence 0.5. Citations are resolved into a ``Sources:`` line.
+    :func:`ragloop.core.calls.resolve_llm` for the rule). A reply that is not the expected JSON
+    is taken as the answer itself, with confidence 0.5. Citations are resolved into a
+    ``Sources:`` line.
     """
 
     def __init__(

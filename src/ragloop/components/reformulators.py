@@ -143,10 +143,10 @@ class LLMReformulator:
 
     ``generate_fn`` is a function of the prompt (sync or async) or a
     :class:`~ragloop.ChatModel`; ``model=`` names a chat model explicitly (the rule:
-    :func:`ragloop.core.calls.resolve_llm`). A reply that cannot be read, that has no queries, or whose
-    queries were all tried already falls back to :class:`HeuristicReformulator` (the strategy
-    the LLM named if it named a valid one, else the keyword table's; given ``corpus``, it
-    consults the knowledge base), and the reasoning says so.
+    :func:`ragloop.core.calls.resolve_llm`). A reply that cannot be read, that has no queries,
+    or whose queries were all tried already falls back to :class:`HeuristicReformulator` (the
+    strategy the LLM named if it named a valid one, else the keyword table's; given ``corpus``,
+    it consults the knowledge base), and the reasoning says so.
     """
 
     def __init__(
