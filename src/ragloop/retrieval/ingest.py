@@ -30,6 +30,7 @@ from ragloop.retrieval.readers import (
     ParsedDocument,
     ReadError,
 )
+from ragloop.retrieval.store import DocumentRecord
 
 logger = logging.getLogger("ragloop")
 T = TypeVar("T")
@@ -72,6 +73,20 @@ class Candidate:
     root: Path | None  # the folder it was found in, None for a file given directly
 
 
+def source_of(candidate: Candidate) -> tuple[str, Path]:
+    """A file's source and the folder it is relative to: its path within the folder given
+    (``/`` separators), or its name when the file was given by itself."""
+    root = candidate.root or candidate.path.parent
+    return candidate.path.relative_to(root).as_posix(), root
+
+
+def file_of(document: DocumentRecord) -> Path:
+    """The file a stored document was read from: its ``root`` metadata joined with its source
+    (a source without a root is a path already, as stored before sources were relative)."""
+    root = document.metadata.get("root")
+    return Path(str(root)) / document.source if root else Path(document.source)
+
+
 def _is_hidden(name: str) -> bool:
     return name.startswith(".")
 
@@ -84,7 +99,7 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
-def shown(path: str | os.PathLike[str]) -> str:
+def printable(path: str | os.PathLike[str]) -> str:
     """A path as text that can always be printed and stored: bytes of a file name that are not
     UTF-8 appear as ``\\xff`` escapes."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
@@ -111,7 +126,7 @@ class Discovery:
     unread: list[Path] = dataclasses.field(default_factory=list)
 
     def skip(self, path: str | os.PathLike[str], reason: str, *, unread: bool = False) -> None:
-        self.skipped.append((shown(path), reason))
+        self.skipped.append((printable(path), reason))
         if unread:
             self.unread.append(Path(path))
 
@@ -274,7 +289,7 @@ def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> Loaded
     except RecursionError:
         raise SkipFile("too deeply nested to parse") from None
     except Exception as error:  # a parser failing in a way nobody foresaw skips this file only
-        logger.warning("could not parse %s", shown(path), exc_info=True)
+        logger.warning("could not parse %s", printable(path), exc_info=True)
         raise SkipFile(f"could not parse: {type(error).__name__}: {error}") from None
     if not any(block.text.strip() for block in document.blocks):
         raise SkipFile("no text found")

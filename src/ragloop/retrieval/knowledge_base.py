@@ -34,8 +34,10 @@ from ragloop.retrieval.ingest import (
     IngestReport,
     SkipFile,
     discover,
+    file_of,
     load_file,
-    shown,
+    printable,
+    source_of,
     storable,
     storable_document,
 )
@@ -62,7 +64,7 @@ SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 ProgressCallback = Callable[[int, int, str], None]
 EMBED_BATCH = 256  # chunks embedded together (the ONNX embedder batches them by length)
-_PIPELINE_VERSION = "1"
+_PIPELINE_VERSION = "2"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
 
@@ -91,6 +93,10 @@ class KnowledgeBaseStats(StoreStats):
 
     dense: bool = False
     dense_off_reason: str | None = None
+
+
+# what ingestion reads: (source, how the report names it if skipped, a loader raising SkipFile)
+_Item = tuple[str, str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
 
 
 @dataclass
@@ -198,39 +204,49 @@ class KnowledgeBase:
         file replaces its chunks in one transaction. A file or folder that cannot be read or
         parsed is reported in ``skipped`` with the reason, and the rest is ingested. With
         ``sync=True``, documents of the collection under the given folders whose files are gone
-        are removed (never those under a folder that could not be read)."""
+        are removed (never those under a folder, or of a file, that could not be read).
+
+        A document's source is its path relative to the folder given (``library/os.html``), or
+        the file's name for a file given by itself; the folder is kept in the document's
+        metadata as ``root``. Knowledge bases built before sources were relative (absolute
+        paths) are converted as their files are ingested again."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
         discovery = discover(list(paths))
-        found = discovery.found
+        found, roots = discovery.found, discovery.roots
         report = IngestReport(skipped=list(discovery.skipped))
-        seen: set[str] = set()
+        seen: dict[str, Path] = {}
 
-        def items() -> Iterable[
-            tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
-        ]:
+        def items() -> Iterable[_Item]:
             for candidate in found:
-                source = str(candidate.path)
-                seen.add(source)
+                source, root = source_of(candidate)
+                if source in seen:
+                    report.skipped.append(
+                        (printable(candidate.path), f"same source {source!r} as {seen[source]}")
+                    )
+                    continue
+                seen[source] = candidate.path
 
-                def load(path: Path = candidate.path) -> tuple[ParsedDocument, str, dict[str, Any]]:
+                def load(
+                    path: Path = candidate.path, root: Path = root
+                ) -> tuple[ParsedDocument, str, dict[str, Any]]:
                     loaded = load_file(
                         path, max_bytes=self.max_file_bytes, encodings=self.encodings
                     )
-                    return loaded.document, loaded.raw_hash, loaded.metadata
+                    return loaded.document, loaded.raw_hash, {**loaded.metadata, "root": str(root)}
 
-                yield source, load
+                yield source, printable(candidate.path), load
 
         self._ingest(items(), len(found), collection, report, on_progress)
         if sync:
-            for root in discovery.roots:
-                for source in self.store.sources(collection):
-                    if (
-                        source not in seen
-                        and Path(source).is_relative_to(root)
-                        and discovery.may_remove(source)
-                    ):
-                        report.removed += self.store.delete_document(source, collection)
+            walked = {str(root) for root in roots}
+            for doc in self.store.documents(collection):
+                if doc.source in seen or not discovery.may_remove(str(file_of(doc))):
+                    continue
+                root = doc.metadata.get("root")
+                legacy = root is None and any(Path(doc.source).is_relative_to(r) for r in roots)
+                if root in walked or legacy:
+                    report.removed += self.store.delete_document(doc.source, collection)
         return report
 
     def add_documents(
@@ -244,9 +260,7 @@ class KnowledgeBase:
         docs = list(documents)
         report = IngestReport()
 
-        def items() -> Iterable[
-            tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
-        ]:
+        def items() -> Iterable[_Item]:
             for document in docs:
 
                 def load(d: Document = document) -> tuple[ParsedDocument, str, dict[str, Any]]:
@@ -262,14 +276,14 @@ class KnowledgeBase:
                     text = f"{d.title}\0{d.text}".encode("utf-8", "surrogatepass")
                     return parsed, hashlib.sha256(text).hexdigest(), dict(d.metadata)
 
-                yield document.source, load
+                yield document.source, document.source, load
 
         self._ingest(items(), len(docs), collection, report, on_progress)
         return report
 
     def _ingest(
         self,
-        items: Iterable[tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]],
+        items: Iterable[_Item],
         total: int,
         collection: str,
         report: IngestReport,
@@ -292,7 +306,7 @@ class KnowledgeBase:
             f":{_PIPELINE_VERSION}"
         )
         pending: list[_Prepared] = []
-        for done, (source, load) in enumerate(items):
+        for done, (source, shown, load) in enumerate(items):
             if on_progress:
                 on_progress(done, total, source)
             try:
@@ -304,17 +318,22 @@ class KnowledgeBase:
                 if existing == doc_hash:
                     report.unchanged += 1
                     continue
+                if existing is None and "root" in metadata:  # stored by its absolute path before
+                    legacy = str(Path(str(metadata["root"])) / source)
+                    if self.store.document_hash(collection, legacy) is not None:
+                        self.store.delete_document(legacy, collection)
+                        existing = legacy
                 parsed, metadata = storable_document(parsed), storable(metadata)
                 record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
                 prepared = self._prepare(record, parsed, replaced=existing is not None)
             except SkipFile as reason:
-                report.skipped.append((shown(source), str(reason)))
+                report.skipped.append((printable(shown), str(reason)))
                 continue
             except StoreError:
                 raise
             except Exception as error:  # one document's surprise never costs the others
-                logger.warning("could not ingest %s", shown(source), exc_info=True)
-                report.skipped.append((shown(source), f"{type(error).__name__}: {error}"))
+                logger.warning("could not ingest %s", printable(shown), exc_info=True)
+                report.skipped.append((printable(shown), f"{type(error).__name__}: {error}"))
                 continue
             pending.append(prepared)
             if sum(len(p.chunks) for p in pending) >= EMBED_BATCH:
@@ -507,12 +526,14 @@ class KnowledgeBase:
 
     # -- management --------------------------------------------------------------------------
     def delete(self, source: str | os.PathLike[str], *, collection: str | None = None) -> int:
-        """Remove a document (all collections unless one is named); returns how many."""
+        """Remove a document (all collections unless one is named), given by its source or by
+        the path of its file; returns how many."""
         removed = self.store.delete_document(str(source), collection)
-        if not removed:
-            resolved = str(Path(source).expanduser().resolve())
-            if resolved != str(source):
-                removed = self.store.delete_document(resolved, collection)
+        if not removed:  # a path to the file: the document whose root and source lead there
+            path = Path(source).expanduser().resolve()
+            for doc in self.store.documents(collection):
+                if file_of(doc) == path:
+                    removed += self.store.delete_document(doc.source, doc.collection)
         return removed
 
     def collections(self) -> list[CollectionInfo]:
