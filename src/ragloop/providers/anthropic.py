@@ -14,7 +14,13 @@ from ragloop.core.errors import ConfigError, ModelError
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall, Usage
 from ragloop.providers.base import HTTPChatModel
 from ragloop.providers.endpoints import ANTHROPIC_ENV, resolve_endpoint
-from ragloop.providers.http import DEFAULT_TIMEOUT, Connection, RetryPolicy, excerpt
+from ragloop.providers.http import (
+    DEFAULT_STREAM_TIMEOUT_S,
+    DEFAULT_TIMEOUT,
+    Connection,
+    RetryPolicy,
+    excerpt,
+)
 from ragloop.providers.pricing import ModelPrice
 from ragloop.providers.tools import parse_arguments
 
@@ -105,7 +111,8 @@ class AnthropicModel(HTTPChatModel):
     ``ragloop.providers.endpoints``). System messages become the ``system`` prompt; tool calls
     and results travel as ``tool_use`` and ``tool_result`` blocks. ``max_tokens`` is required by
     the API (default 4096). Usage counts prompt-cache reads and writes as input tokens, priced
-    at the cache rates.
+    at the cache rates. ``timeout`` bounds each network read and the whole reply;
+    ``stream_timeout`` the whole of a ``stream()`` (600 s; None: no limit).
     """
 
     _path = "/v1/messages"
@@ -124,6 +131,7 @@ class AnthropicModel(HTTPChatModel):
         max_tokens: int = 4096,
         price: ModelPrice | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT_S,
     ) -> None:
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise ConfigError("max_tokens", f"must be an integer >= 1, got {max_tokens!r}")
@@ -132,7 +140,12 @@ class AnthropicModel(HTTPChatModel):
         if endpoint.api_key:
             headers["x-api-key"] = endpoint.api_key
         connection = Connection(
-            endpoint, headers, timeout=timeout, retry=retry, http_client=http_client
+            endpoint,
+            headers,
+            timeout=timeout,
+            retry=retry,
+            http_client=http_client,
+            stream_timeout_s=stream_timeout,
         )
         super().__init__(
             model, connection, provider="anthropic", price=price, extra_body=extra_body

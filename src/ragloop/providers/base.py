@@ -132,7 +132,11 @@ class HTTPChatModel:
 
     def _charge_stream(self, counts: dict[str, Any]) -> None:
         if counts:
-            record_usage(self._usage(counts))
+            try:
+                usage = self._usage(counts)
+            except ValueError as error:  # counts that are negative or not numbers
+                raise self._malformed("stream usage", counts, error) from None
+            record_usage(usage)
 
     # -- ChatModel --------------------------------------------------------------------------------
     def complete(self, messages: list[Message], tools: list[Tool] | None = None) -> ModelResponse:
