@@ -99,6 +99,7 @@ class Run:
                     message = (
                         f"{self.step} failed in iteration {index}: {type(error).__name__}: {error}"
                     )
+                    self.telemetry.failed(error)
                     return self._finish(StopReason.ERROR, error=message)
                 error.add_note(f"ragloop: raised by the {self.step} in iteration {index}")
                 raise
@@ -120,6 +121,7 @@ class Run:
                 if self.config.on_error == "raise":
                     raise
                 message = f"refiner failed after iteration {index}: {type(error).__name__}: {error}"
+                self.telemetry.failed(error)
                 return self._finish(StopReason.ERROR, error=message)
             if refined is None:
                 return self._finish(StopReason.CALLER_STOP)

@@ -205,7 +205,10 @@ class AnthropicModel(HTTPChatModel):
         data = _Event.model_validate_json(event.data)
         if data.type == "error":
             shown = json.dumps(data.error, ensure_ascii=False)
-            raise ModelError(f"{self.base_url}{self._path} stream failed: {excerpt(shown)}")
+            raise ModelError(
+                f"{self.base_url}{self._path} stream failed: {excerpt(shown)}",
+                content=excerpt(shown),
+            )
         if data.type == "message_start" and data.message and data.message.usage:
             counts.update(data.message.usage)
         elif data.type == "message_delta" and data.usage:

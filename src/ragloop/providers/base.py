@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from ragloop.core.budget import record_usage
 from ragloop.core.errors import ConfigError, ModelError, ModelHTTPError
 from ragloop.core.records import Message, ModelResponse, Tool, Usage
+from ragloop.core.redaction import redact
 from ragloop.providers.http import Connection, excerpt
 from ragloop.providers.pricing import ModelPrice, lookup_price
 
@@ -60,7 +61,7 @@ class HTTPChatModel:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.model_name!r}, provider={self.provider!r}, "
-            f"base_url={self.base_url!r})"
+            f"base_url={redact(self.base_url)!r})"
         )
 
     # -- what a provider implements -------------------------------------------------------------
@@ -127,7 +128,8 @@ class HTTPChatModel:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         return ModelError(
             f"{self.base_url}{self._path} returned a {what} that is not {self._wire_format} "
-            f"({first}): {excerpt(shown)}"
+            f"({first}): {excerpt(shown)}",
+            content=excerpt(shown),
         )
 
     def _charge_stream(self, counts: dict[str, Any]) -> None:

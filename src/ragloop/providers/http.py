@@ -71,8 +71,12 @@ from ragloop.core.errors import (
     ModelError,
     ModelHTTPError,
     ModelTimeout,
+    server_text,
+    withhold,
 )
 from ragloop.core.records import StopReason
+from ragloop.core.redaction import redact, register_secret
+from ragloop.observability.settings import trace_content_enabled
 from ragloop.providers.endpoints import Endpoint
 
 logger = logging.getLogger("ragloop.providers")
@@ -212,7 +216,8 @@ def _with_body(response: httpx.Response, body: bytes) -> httpx.Response:
 
 
 def _malformed(url: httpx.URL, what: str, body: str) -> ModelError:
-    return ModelError(f"{url} returned {what}: {excerpt(body) or '(empty body)'}")
+    shown = excerpt(body)
+    return ModelError(f"{url} returned {what}: {shown or '(empty body)'}", content=shown)
 
 
 def json_body(response: httpx.Response) -> Any:
@@ -341,11 +346,14 @@ class _WithinWallBudget(stop_base):
 
 def _log_retry(state: RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome else None
+    shown = redact(str(error))
+    if error is not None and not trace_content_enabled():  # a reply's text is content
+        shown = withhold(shown, server_text(error))
     logger.info(
         "retrying a model request in %.2f s after attempt %d failed: %s",
         state.upcoming_sleep,
         state.attempt_number,
-        error,
+        shown,
     )
 
 
@@ -398,6 +406,7 @@ class Connection:
                 f"must be an httpx.Client or httpx.AsyncClient, got {type(http_client).__name__}",
             )
         self.base_url = endpoint.base_url
+        register_secret(endpoint.api_key)  # masked wherever a server echoes it
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self.retry = retry or RetryPolicy()
         self.stream_timeout_s = stream_timeout_s

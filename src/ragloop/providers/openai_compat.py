@@ -257,7 +257,10 @@ class OpenAICompatibleModel(HTTPChatModel):
         chunk = _Chunk.model_validate_json(event.data)
         if chunk.error is not None:
             shown = json.dumps(chunk.error, ensure_ascii=False)
-            raise ModelError(f"{self.base_url}{self._path} stream failed: {excerpt(shown)}")
+            raise ModelError(
+                f"{self.base_url}{self._path} stream failed: {excerpt(shown)}",
+                content=excerpt(shown),
+            )
         if chunk.usage:
             counts.update(chunk.usage)
         return "".join(c.delta.content or "" for c in chunk.choices or [])
