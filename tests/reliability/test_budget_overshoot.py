@@ -145,7 +145,10 @@ BUDGET_STOPS = {StopReason.BUDGET_TOKENS, StopReason.BUDGET_DOLLARS}
 
 
 @pytest.mark.parametrize("engine", sorted(ENGINES))
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=settings.default.max_examples * 4 // 5,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     costs=st.lists(st.integers(1, 500), min_size=1, max_size=12),
     cap=st.integers(1, 3000),

@@ -134,7 +134,7 @@ def test_a_document_given_as_text_with_a_surrogate_is_stored():
     assert report.skipped == [("b\\x80", "the name is not valid UTF-8")]
 
 
-@settings(max_examples=50, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_mutated_pdfs_are_parsed_or_skipped(tmp_path_factory, data):
     """Random byte edits of a valid PDF (the way 12 of 1,000 mutants crashed the ingest)."""

@@ -54,7 +54,10 @@ def _build(kb: KnowledgeBase, docs: dict[str, Document]) -> None:
 
 
 @pytest.mark.parametrize("store", ["sqlite", "memory"])
-@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=settings.default.max_examples * 3 // 5,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(corpus=st.lists(documents, min_size=2, max_size=8), changes=edits)
 def test_updates_give_the_links_of_a_fresh_build(tmp_path_factory, store, corpus, changes):
     def new_kb() -> KnowledgeBase:
@@ -65,7 +68,10 @@ def test_updates_give_the_links_of_a_fresh_build(tmp_path_factory, store, corpus
     _check_updates(new_kb, corpus, changes)
 
 
-@settings(max_examples=5, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=max(3, settings.default.max_examples // 10),
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(corpus=st.lists(documents, min_size=2, max_size=6), changes=edits)
 def test_updates_give_the_links_of_a_fresh_build_on_postgres(
     postgres_server, postgres_schema, corpus, changes

@@ -112,7 +112,10 @@ def test_a_full_disk_raises_store_error_with_the_cause(tmp_path):
     assert kb.store.integrity_check() == "ok"
 
 
-@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=max(5, settings.default.max_examples // 5),
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(st.permutations(WORDS))
 def test_after_a_failed_write_every_word_still_finds_its_document(tmp_path_factory, words):
     """The failed write had cached ids for its new words; the rollback freed those ids, and a
@@ -329,7 +332,10 @@ def test_a_newer_schema_is_refused_by_name(built, tmp_path):
     assert "newer ragloop" in result.output
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=settings.default.max_examples // 2,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(st.integers(0, 2**32), st.sampled_from([16, 512, 4096]))
 def test_a_file_damaged_in_the_middle_gives_store_errors(built, tmp_path_factory, seed, size):
     path = tmp_path_factory.mktemp("damaged") / "kb.sqlite"

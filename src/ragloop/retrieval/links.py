@@ -109,10 +109,12 @@ def document_names(
 
 @dataclass
 class NameIndex:
-    """Known names by their first word, for fast scanning of chunk text: for each name, its
-    target in each document that bears it."""
+    """Known names by their words, for scanning chunk text in time linear in its length: for
+    each name, its target in each document that bears it."""
 
-    by_first: dict[str, list[tuple[tuple[str, ...], str, str, str]]] = field(default_factory=dict)
+    # name words -> document key -> (name as written, target chunk id)
+    by_words: dict[tuple[str, ...], dict[str, tuple[str, str]]] = field(default_factory=dict)
+    by_document: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
 
     @classmethod
     def from_targets(cls, targets: Iterable[tuple[str, str, str]]) -> NameIndex:
@@ -128,15 +130,18 @@ class NameIndex:
         if not is_linkable(name):
             return
         words = name_key(name)
-        entries = self.by_first.setdefault(words[0], [])
-        if all(entry[0] != words or entry[3] != doc_key for entry in entries):
-            entries.append((words, name, chunk_id, doc_key))
-            entries.sort(key=lambda entry: -len(entry[0]))
+        bearers = self.by_words.setdefault(words, {})
+        if doc_key not in bearers:
+            bearers[doc_key] = (name, chunk_id)
+            self.by_document.setdefault(doc_key, []).append(words)
 
     def discard(self, doc_key: str) -> None:
         """Forget a document's names (it is being replaced)."""
-        for first, entries in self.by_first.items():
-            self.by_first[first] = [entry for entry in entries if entry[3] != doc_key]
+        for words in self.by_document.pop(doc_key, []):
+            bearers = self.by_words[words]
+            del bearers[doc_key]
+            if not bearers:
+                del self.by_words[words]
 
     def mentions(self, text: str, doc_key: str) -> list[tuple[str, str]]:
         """(target chunk id, name) for each known name the text mentions, other documents only;
@@ -144,12 +149,14 @@ class NameIndex:
         originals = _WORD.findall(text)
         words = [w.lower() for w in originals]
         found: dict[str, str] = {}
-        for i, word in enumerate(words):
-            for name_words, name, chunk_id, target_doc in self.by_first.get(word, ()):
-                if target_doc == doc_key or not _mentioned(originals, words, i, name_words, name):
-                    continue
-                if better_mention(found.get(chunk_id), name):
-                    found[chunk_id] = name
+        for i in range(len(words)):
+            for length in range(1, min(MAX_NAME_WORDS, len(words) - i) + 1):
+                key = tuple(words[i : i + length])
+                for target_doc, (name, chunk_id) in self.by_words.get(key, {}).items():
+                    if target_doc == doc_key or not _mentioned(originals, words, i, key, name):
+                        continue
+                    if better_mention(found.get(chunk_id), name):
+                        found[chunk_id] = name
         return list(found.items())
 
 

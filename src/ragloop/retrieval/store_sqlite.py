@@ -858,7 +858,7 @@ def _best(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]
     return top[np.argsort(-scores[top], kind="stable")]
 
 
-def _blob(vector: Sequence[float]) -> bytes:
+def _blob(vector: Sequence[float] | npt.NDArray[np.float32]) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
