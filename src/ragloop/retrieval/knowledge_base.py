@@ -65,7 +65,7 @@ SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 ProgressCallback = Callable[[int, int, str], None]
 EMBED_BATCH = 256  # chunks embedded together (the ONNX embedder batches them by length)
-_PIPELINE_VERSION = "2"  # bumped when readers or chunking change: re-ingest re-reads every file
+_PIPELINE_VERSION = "3"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
 
