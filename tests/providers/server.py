@@ -46,12 +46,15 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
-    def do_POST(self) -> None:
+    def do_GET(self) -> None:
+        self.do_POST(method="GET")
+
+    def do_POST(self, method: str = "POST") -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         owner = self.server.owner
         owner.received.append(
             Received(
-                method="POST",
+                method=method,
                 path=self.path,
                 headers={k.lower(): v for k, v in self.headers.items()},
                 body=json.loads(raw) if raw else None,
