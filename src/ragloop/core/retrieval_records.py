@@ -14,6 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field, computed_field
 
 from ragloop.core.budget import BudgetSpend
+from ragloop.core.limits import LLMCall
 from ragloop.core.records import Chunk, StopReason
 
 
@@ -109,7 +110,8 @@ class RetrievalResult(BaseModel):
     question ranks a little lower), earlier discovery first on ties. ``cache_stats`` counts
     this run's embedding-cache lookups; ``budget_used`` what the run spent (tokens include the
     cost estimator's estimates); ``error`` the message of the failure that ended an
-    ``on_error="stop"`` run.
+    ``on_error="stop"`` run; ``llm_calls`` the model calls of its components (an LLM
+    understander's), each with its reply bound and finish reason.
     """
 
     query: str
@@ -120,6 +122,7 @@ class RetrievalResult(BaseModel):
     cache_stats: CacheStats = Field(default_factory=CacheStats)
     run_id: str = ""
     error: str | None = None
+    llm_calls: list[LLMCall] = Field(default_factory=list)
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -16,6 +16,12 @@ Arcana.Loop's rules:
   stands if it fails); ``give_up`` is never rewritten;
 - a failing controller ends the run with ``StopReason.ERROR``: recorded, never raised.
 
+Every model call is bounded (``max_tokens``: one bound for all, or one per role, ``controller``,
+``answerer``, ``synthesizer``; default ``DEFAULT_MAX_TOKENS``) and its conversation fitted to
+the model's context window: the system prompt, the question and the latest turn stay, older
+tool results give way first (:func:`ragloop.components.fitting.fit_messages`). The run keeps
+the whole conversation in ``messages``; ``llm_calls`` says what each call was sent without.
+
 And beyond Arcana: budgets checked before every model call and tool batch, a cap on tool calls
 per turn, a duplicate-search guard, exceptions from tools caught, the searches of one turn run
 concurrently in ``arun``, calls after a terminating one recorded as not run, ``chunk_cap``
@@ -27,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ragloop.components.fitting import complete_fitted
 from ragloop.components.prompts import (
     agent_answer_prompt,
     agent_synthesis_prompt,
@@ -46,6 +53,7 @@ from ragloop.core.calls import (
     sync_calls_in_threads,
 )
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
+from ragloop.core.limits import check_max_tokens, collect_calls
 from ragloop.core.protocols import ChatModel, Retriever
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
 from ragloop.engines.grounding import aground, ground
@@ -62,7 +70,7 @@ from ragloop.engines.tools import (
     format_results,
     search_request,
 )
-from ragloop.observability import llm, otel
+from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
 
@@ -81,6 +89,19 @@ def _positive_int(value: object, name: str) -> int:
     return value
 
 
+MODEL_ROLES = ("controller", "answerer", "synthesizer")
+
+
+def _reply_bounds(value: object) -> dict[str, int | None]:
+    """``max_tokens`` per role: one bound for every role, or a mapping of some roles."""
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(MODEL_ROLES)
+        if unknown:
+            raise ConfigError("max_tokens", f"unknown roles {sorted(unknown)}; use {MODEL_ROLES}")
+        return {role: check_max_tokens(value.get(role)) for role in MODEL_ROLES}
+    return dict.fromkeys(MODEL_ROLES, check_max_tokens(value))
+
+
 def _chat(value: object, name: str) -> ChatModel | ChatFn:
     # a ChatModel, or a function of (messages, tools) returning a ModelResponse
     if not (is_chat_model(value) or callable(value)):
@@ -97,7 +118,10 @@ class AgentLoop:
     retriever (``retrieve``/``aretrieve``) or a function ``search(query, *, limit,
     collection=None, collections=None) -> list[Chunk]``. ``tools`` are extra
     :class:`~ragloop.Tool` s with a ``callback``; ``synthesizer(messages) -> str`` overrides the
-    fallback synthesis call; ``system_prompt`` replaces the default prompt.
+    fallback synthesis call; ``system_prompt`` replaces the default prompt. ``max_tokens``
+    bounds each model reply: an integer for every call, or a mapping such as
+    ``{"controller": 256, "answerer": 1024}`` (roles left out, and None, take
+    ``DEFAULT_MAX_TOKENS``); it is not the run's budget (``budget=Budget(max_tokens=...)``).
     """
 
     def __init__(
@@ -115,8 +139,10 @@ class AgentLoop:
         system_prompt: str | None = None,
         budget: Budget | None = None,
         max_tool_calls_per_turn: int = 8,
+        max_tokens: int | Mapping[str, int | None] | None = None,
     ) -> None:
         self.controller = _chat(controller, "controller")
+        self.reply_bounds = _reply_bounds(max_tokens)
         self.answerer = None if answerer is None else _chat(answerer, "answerer")
         self.max_iterations = _positive_int(max_iterations, "max_iterations")
         self.chunk_cap = _positive_int(chunk_cap, "chunk_cap")
@@ -209,7 +235,9 @@ class AgentLoop:
             content={"question": question},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            return await run.execute()
+            with collect_calls() as made:
+                result = await run.execute()
+            return result.model_copy(update={"llm_calls": made})
 
 
 @dataclass
@@ -291,7 +319,7 @@ class _AgentRun:
             self.tracker.count_iteration()
             try:
                 response = await self.tracker.bounded(
-                    llm.complete(loop.controller, self.messages, loop.tools, role="controller")
+                    self._complete(loop.controller, self.messages, loop.tools, "controller")
                 )
             except BudgetExceeded as stop:
                 return stop.reason
@@ -463,6 +491,17 @@ class _AgentRun:
             for cid in set(self.found) - set(kept):
                 del self.found[cid], self.rank[cid]
 
+    async def _complete(
+        self,
+        model: ChatModel | ChatFn,
+        messages: list[Message],
+        tools: list[Tool] | None,
+        role: str,
+    ) -> ModelResponse:
+        """One bounded model call, its conversation fitted to the model's window."""
+        bound = self.loop.reply_bounds[role]
+        return await complete_fitted(model, messages, tools, role=role, max_tokens=bound)
+
     # -- answerer and synthesis -----------------------------------------------------------------
     async def _rewrite(self, answerer: ChatModel | ChatFn) -> None:
         """Let the answerer write the final answer; on any failure the draft stands."""
@@ -471,7 +510,7 @@ class _AgentRun:
         prompt = Message(role="user", content=agent_answer_prompt(self.question))
         try:
             response = await self.tracker.bounded(
-                llm.complete(answerer, [*self.messages, prompt], None, role="answerer")
+                self._complete(answerer, [*self.messages, prompt], None, "answerer")
             )
         except Exception as error:
             logger.warning("answerer failed; the controller's draft stands: %s", error)
@@ -503,7 +542,7 @@ class _AgentRun:
             else:
                 model = loop.answerer or loop.controller
                 reply: ModelResponse = await self.tracker.bounded(
-                    llm.complete(model, messages, None, role="synthesizer")
+                    self._complete(model, messages, None, "synthesizer")
                 )
                 text = reply.text
             if not isinstance(text, str):

@@ -32,6 +32,7 @@ from ragloop.components.text import normalize_query
 from ragloop.core.budget import Budget, BudgetTracker
 from ragloop.core.calls import call, has_method, method, run_sync, sync_calls_in_threads
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
+from ragloop.core.limits import LLMCall, collect_calls
 from ragloop.core.protocols import Evaluator, Generator, Reformulator, Retriever
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -211,12 +212,15 @@ class _Run:
         queries = [self.query]
         made_by: ReformulationOutput | None = None
         reformulate_ms: float | None = None
+        reformulate_calls: list[LLMCall] = []
         last = self.config.max_iterations
         for number in range(1, last + 1):
             try:
                 self.tracker.check(starting_iteration=True)
                 self.tracker.count_iteration()
-                it = await self._iteration(number, queries, made_by, reformulate_ms)
+                with collect_calls() as made_calls:
+                    it = await self._iteration(number, queries, made_by, reformulate_ms)
+                it.llm_calls = [*reformulate_calls, *made_calls]
                 self.history.append(it)
                 self._iteration_event(it)
                 verdict = await self._notify(it)
@@ -230,7 +234,8 @@ class _Run:
                     break
                 self.tracker.check(starting_iteration=True)  # no reformulation we cannot use
                 started = time.perf_counter()
-                made_by = await self._step("reformulate", self._reformulate)
+                with collect_calls() as reformulate_calls:
+                    made_by = await self._step("reformulate", self._reformulate)
                 reformulate_ms = _ms_since(started)
                 queries = made_by.queries[: self.config.max_sub_queries]
             except BudgetExceeded as stop:

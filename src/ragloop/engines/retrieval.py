@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ragloop.core.budget import Budget
 from ragloop.core.calls import has_method, run_sync, sync_calls_in_threads
 from ragloop.core.errors import ConfigError
+from ragloop.core.limits import collect_calls
 from ragloop.core.protocols import (
     CostEstimator,
     EmbeddingCache,
@@ -252,4 +253,6 @@ class RetrievalLoop:
                     max_iterations=cfg.max_iterations, allow_route_switch=cfg.allow_route_switch
                 )
             )
-            return await run.execute()
+            with collect_calls() as made:
+                result = await run.execute()
+            return result.model_copy(update={"llm_calls": made})
