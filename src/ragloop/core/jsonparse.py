@@ -274,9 +274,10 @@ def close_cut_json(text: str) -> dict[str, Any] | None:
 
     The reply is read from its first ``{``; it is closed where it stops (an open string
     closed, open arrays and objects closed), or else at the last place before that where a
-    member or an item ended, dropping the part written after it. ``{"answer": "Paris is the
-    cap`` reads as ``{"answer": "Paris is the cap"}``; ``{"answer": "Paris", "confid`` as
-    ``{"answer": "Paris"}``.
+    member or an item ended, dropping the part written after it (a number at the very end may
+    be cut short, so it is dropped too). ``{"answer": "Paris is the cap`` reads as
+    ``{"answer": "Paris is the cap"}``; ``{"answer": "Paris", "confid`` as ``{"answer":
+    "Paris"}``.
     """
     start = text.find("{", 0, MAX_SCAN_CHARS)
     if start < 0:
@@ -307,13 +308,12 @@ def close_cut_json(text: str) -> dict[str, Any] | None:
         elif ch == ",":
             cuts.append((i, "".join(reversed(stack))))
     else:
-        tail = ('"' if in_string else "") + "".join(reversed(stack))
-        cuts.append((len(body), tail))
+        # where the reply stops, unless it stops inside a number, which may be cut short
+        if in_string or not re.search(r"[\d.eE+-]$", body.rstrip()):
+            end = len(body) - 1 if escaped else len(body)  # drop a lone escape character
+            cuts.append((end, ('"' if in_string else "") + "".join(reversed(stack))))
     for end, closer in reversed(cuts[-_CUT_POINTS_TRIED:]):
-        prefix = body[:end].rstrip()
-        if in_string and end == len(body) and prefix.endswith("\\"):
-            prefix = prefix[:-1]  # a lone escape character left by the cut
-        found = _first_object(_load(prefix + closer))
+        found = _first_object(_load(body[:end] + closer))
         if found is not None:
             return found
     return None
