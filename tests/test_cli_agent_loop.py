@@ -50,7 +50,7 @@ def test_prints_the_seeds_table(kb_file):
     assert rows[1].startswith("  #1  q='tent weight'")
     assert rows[3].startswith("  #3  q='refund policy'")
     assert "top chunks:" in out
-    assert "docs/camping/tents.md" in out
+    assert "camping/tents.md" in out
 
 
 def test_json_output_and_the_default_stop_rules(kb_file):
