@@ -264,8 +264,13 @@ def fit_messages(
     cut = 0
     excess = sum(sizes) - budget
     if excess > 0:
-        longest = max(
-            (i for i, m in enumerate(out) if m.role in ("tool", "user") and i > 1),
+        last = len(out) - 1
+        longest = max(  # a tool result, or a user message but the closing instruction
+            (
+                i
+                for i, m in enumerate(out)
+                if i > 1 and (m.role == "tool" or (m.role == "user" and i < last))
+            ),
             key=sizes.__getitem__,
             default=None,
         )
