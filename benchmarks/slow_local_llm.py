@@ -50,7 +50,8 @@ def run() -> str:
     kb.add_documents(demo_documents())
     rows = []
     with LlamaCppServer(context_window=WINDOW) as server:
-        model = server.model(temperature=0, max_tokens=MODEL_CAP)
+        # a 2-core machine under load can take minutes over one long prompt
+        model = server.model(temperature=0, max_tokens=MODEL_CAP, timeout=600)
         engines = {
             "RAGLoop (`--engine rag`, 3 iterations)": lambda: RAGLoop.offline(kb, model=model),
             "AgentLoop (`--engine agent`, 10 turns)": lambda: AgentLoop.offline(kb, model=model),
