@@ -66,12 +66,7 @@ def run() -> str:
                 started = time.perf_counter()
                 result = engine.run(question)
                 wall = time.perf_counter() - started
-                if isinstance(engine, AgentLoop):
-                    calls, iterations = result.llm_calls, result.iterations
-                else:
-                    calls = [c for it in result.trace for c in it.llm_calls]
-                    iterations = result.iterations
-                runs.append((calls, iterations, wall, result.stop_reason.value))
+                runs.append((result.llm_calls, result.iterations, wall, result.stop_reason.value))
             rows.append(_row(name, runs))
     return "\n".join(
         [

@@ -59,6 +59,7 @@ from ragloop.core.protocols import (
     Reformulator,
     Retriever,
     Router,
+    UnderstoodQueryLike,
 )
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -75,6 +76,7 @@ from ragloop.core.retrieval_records import (
     RefineContext,
     RetrievalIteration,
     RetrievalResult,
+    RouteDecision,
     UnderstoodQuery,
 )
 from ragloop.engines.agent import AgentLoop
@@ -200,6 +202,7 @@ __all__ = [
     "RetrievalResult",
     "RetrievalRouter",
     "Retriever",
+    "RouteDecision",
     "Router",
     "ScriptExhausted",
     "SemanticEmbeddingCache",
@@ -216,6 +219,7 @@ __all__ = [
     "TraceRecorder",
     "TraceStore",
     "UnderstoodQuery",
+    "UnderstoodQueryLike",
     "Usage",
     "__version__",
     "aground",

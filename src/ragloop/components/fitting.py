@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ragloop.core.calls import GenerateFn
+from ragloop.core.calls import GenerateFn, is_chat_model
 from ragloop.core.errors import ContextOverflowError
 from ragloop.core.limits import PromptFit, default_max_tokens, effective_max_tokens
 from ragloop.core.protocols import ChatModel
@@ -66,8 +66,11 @@ def cut_text(text: str, tokens: int) -> str:
 
 
 async def context_window_of(model: object) -> int | None:
-    """The context window of a chat model or ``generate_fn``: its ``context_window``, else
-    what its ``adiscover_context_window()`` reads from the server, else None."""
+    """The context window of a chat model: its ``context_window``, else what its
+    ``adiscover_context_window()`` reads from the server, else None. A function (any
+    callable, by :func:`~ragloop.core.calls.is_chat_model`'s rule) declares none."""
+    if not is_chat_model(model):
+        return None
     window = getattr(model, "context_window", None)
     if isinstance(window, int) and not isinstance(window, bool) and window > 0:
         return window
@@ -82,7 +85,7 @@ def reply_tokens(model: object, role: str, max_tokens: int | None, window: int |
     """The reply bound of a call: the component's (else the role's default), no more than
     the model's ``max_tokens`` and, when the window is known, half of it."""
     bound = max_tokens if max_tokens is not None else default_max_tokens(role)
-    cap = getattr(model, "max_tokens", None)
+    cap = getattr(model, "max_tokens", None) if is_chat_model(model) else None
     bound = effective_max_tokens(bound, cap if isinstance(cap, int) else None) or bound
     return min(bound, window // 2) if window else bound
 

@@ -29,7 +29,7 @@ from ragloop.components.extractive import (
 )
 from ragloop.components.fitting import ask_fitted, estimate_tokens, fit_chunks
 from ragloop.components.prompts import fence_chunk, generator_prompt
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, UnitScore, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
@@ -144,8 +144,10 @@ class LLMGenerator:
     """Asks a model for a short answer with ``[n]`` citations and a confidence.
 
     ``generate_fn`` is a function of the prompt (sync or async) or a
-    :class:`~ragloop.ChatModel`. A reply that is not the expected JSON is taken as the answer
-    itself, with confidence 0.5. Citations are resolved into a ``Sources:`` line.
+    :class:`~ragloop.ChatModel`; ``model=`` names a chat model explicitly (see
+    :func:`ragloop.core.calls.resolve_llm` for the rule). A reply that is not the expected JSON
+    is taken as the answer itself, with confidence 0.5. Citations are resolved into a
+    ``Sources:`` line.
 
     The reply is bounded by ``max_tokens`` (default 512, ``DEFAULT_MAX_TOKENS["generator"]``;
     never more than the model's own ``max_tokens``); a reply cut by it is read as far as it
@@ -154,9 +156,13 @@ class LLMGenerator:
     """
 
     def __init__(
-        self, generate_fn: GenerateFn | ChatModel, *, max_tokens: int | None = None
+        self,
+        generate_fn: GenerateFn | ChatModel | None = None,
+        *,
+        model: ChatModel | None = None,
+        max_tokens: int | None = None,
     ) -> None:
-        self.generate_fn = generate_fn
+        self.generate_fn = resolve_llm(generate_fn, model, owner="LLMGenerator")
         self.max_tokens = check_max_tokens(max_tokens)
 
     async def agenerate(self, query: str, chunks: list[Chunk]) -> GeneratorOutput:

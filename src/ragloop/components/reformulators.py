@@ -17,7 +17,7 @@ from ragloop.components.fitting import ask_fitted, estimate_tokens
 from ragloop.components.prompts import reformulator_prompt
 from ragloop.components.rewriting import rewrite, tried_queries
 from ragloop.components.text import normalize_query
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
@@ -143,10 +143,11 @@ class LLMReformulator:
     """Asks an LLM to pick a strategy and write new queries from the whole history.
 
     ``generate_fn`` is a function of the prompt (sync or async) or a
-    :class:`~ragloop.ChatModel`. A reply that cannot be read, that has no queries, or whose
-    queries were all tried already falls back to :class:`HeuristicReformulator` (the strategy
-    the LLM named if it named a valid one, else the keyword table's; given ``corpus``, it
-    consults the knowledge base), and the reasoning says so.
+    :class:`~ragloop.ChatModel`; ``model=`` names a chat model explicitly (the rule:
+    :func:`ragloop.core.calls.resolve_llm`). A reply that cannot be read, that has no queries,
+    or whose queries were all tried already falls back to :class:`HeuristicReformulator` (the
+    strategy the LLM named if it named a valid one, else the keyword table's; given ``corpus``,
+    it consults the knowledge base), and the reasoning says so.
 
     The reply is bounded by ``max_tokens`` (default 256, ``DEFAULT_MAX_TOKENS["reformulator"]``)
     and a cut one is read as far as it goes. The prompt fits the model's context window: the
@@ -155,12 +156,13 @@ class LLMReformulator:
 
     def __init__(
         self,
-        generate_fn: GenerateFn | ChatModel,
+        generate_fn: GenerateFn | ChatModel | None = None,
         *,
+        model: ChatModel | None = None,
         corpus: object = None,
         max_tokens: int | None = None,
     ) -> None:
-        self.generate_fn = generate_fn
+        self.generate_fn = resolve_llm(generate_fn, model, owner="LLMReformulator")
         self.fallback = HeuristicReformulator(corpus)
         self.max_tokens = check_max_tokens(max_tokens)
 

@@ -18,7 +18,7 @@ from ragloop.components.fitting import ask_fitted
 from ragloop.components.prompts import understanding_prompt
 from ragloop.components.rewriting import split_clauses
 from ragloop.components.text import QUESTION_WORDS, entity_phrases, is_number, tokenize
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
@@ -138,20 +138,22 @@ class _UnderstandingReply(BaseModel):
 
 
 class LLMUnderstander:
-    """Understands a query with one model call: ``model`` is a chat model or a function of the
-    prompt (sync or async). A reply that cannot be read falls back to
+    """Understands a query with one model call: ``generate_fn`` is a function of the prompt (sync
+    or async) or a chat model, ``model=`` a chat model (the rule:
+    :func:`ragloop.core.calls.resolve_llm`). A reply that cannot be read falls back to
     :class:`HeuristicUnderstander`, and ``reason`` says so. The reply is bounded by
     ``max_tokens`` (default 384, ``DEFAULT_MAX_TOKENS["understander"]``) and a cut one is read
     as far as it goes."""
 
     def __init__(
         self,
-        model: ChatModel | GenerateFn,
+        generate_fn: GenerateFn | ChatModel | None = None,
         *,
+        model: ChatModel | None = None,
         glossary: Glossary | None = None,
         max_tokens: int | None = None,
     ) -> None:
-        self.model = model
+        self.model = resolve_llm(generate_fn, model, owner="LLMUnderstander")
         self.fallback = HeuristicUnderstander(glossary)
         self.max_tokens = check_max_tokens(max_tokens)
 

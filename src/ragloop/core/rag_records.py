@@ -123,6 +123,10 @@ class LoopResult(BaseModel):
     evaluator's score is ``best_iteration.evaluation.score``. When a budget, an error or the
     caller stops the run early, they come from the best iteration that finished (an empty answer
     with confidence 0 if none did), and ``error`` holds the message of an error stop.
+    ``iterations`` counts the iterations that finished, ``trace`` holds them, ``chunks`` are
+    those the answer was drawn from: the names every engine's result shares. ``llm_calls`` is
+    every model call of the run in order, those of an iteration that did not finish included
+    (each finished iteration also lists its own in ``LoopIteration.llm_calls``).
     """
 
     answer: str
@@ -134,6 +138,13 @@ class LoopResult(BaseModel):
     error: str | None = None
     budget_used: BudgetSpend = Field(default_factory=BudgetSpend)
     usage: Usage | None = None
+    run_id: str = ""
+    llm_calls: list[LLMCall] = Field(default_factory=list)
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        """The chunks the answer was drawn from: the best iteration's (none before one)."""
+        return self.best_iteration.chunks if self.trace else []
 
     @property
     def best_iteration(self) -> LoopIteration:
