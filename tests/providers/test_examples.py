@@ -19,7 +19,7 @@ QUESTION = "What is the warranty on the tent Priya Shah takes wild camping?"
 
 # the model's five replies: answer, judge (incomplete), rewrite, answer, judge (complete)
 REPLIES = [
-    {"answer": "Priya takes the Skylark 2 [1]; it has the Fellside Guarantee [2].", "confidence": 0.6},
+    {"answer": "Priya takes the Skylark 2 [1], with the Fellside Guarantee.", "confidence": 0.6},
     {
         "is_grounded": True,
         "is_complete": False,
