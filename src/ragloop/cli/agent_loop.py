@@ -12,7 +12,7 @@ import sys
 import click
 
 from ragloop import RagloopError, RetrievalLoop, RetrievalResult
-from ragloop.cli.common import kb_option, open_kb, print_json, shown_path
+from ragloop.cli.common import kb_option, open_kb, print_json, shown_path, text_argument
 from ragloop.cli.demo import open_demo
 from ragloop.observability import install_json_logging
 
@@ -83,7 +83,10 @@ def agent_loop(
     as_json: bool,
     log_json: bool,
 ) -> None:
-    """Gather evidence for QUERY with the retrieval loop (offline, no LLM)."""
+    """Gather evidence for QUERY with the retrieval loop (offline, no LLM).
+
+    QUERY "-" reads the query from standard input."""
+    query = text_argument(query, "query")
     if log_json:
         install_json_logging(sys.stderr)
     if kb_location is not None and demo:

@@ -9,7 +9,16 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, traces_file
+from ragloop.cli.common import (
+    console,
+    errors,
+    kb_option,
+    open_kb,
+    output_file,
+    print_json,
+    text_argument,
+    traces_file,
+)
 from ragloop.cli.demo import open_demo
 from ragloop.cli.display import LiveSteps, render_answer
 from ragloop.core.agent_records import AgentResult
@@ -130,8 +139,9 @@ def run_one(
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @click.option(
     "--trace-out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
+    callback=output_file,
     help="Also write the run's trace to this JSON file.",
 )
 def ask(
@@ -148,11 +158,14 @@ def ask(
 ) -> None:
     """Answer QUESTION from the knowledge base, showing each iteration of the loop.
 
-    Works offline by default. Every run is stored as a trace beside the knowledge base
-    (see `ragloop traces`); RAGLOOP_TRACE_CONTENT=0 leaves document and prompt text out.
+    QUESTION "-" reads the question from standard input. Works offline by default. Every run
+    is stored as a trace beside the knowledge base (see `ragloop traces`);
+    RAGLOOP_TRACE_CONTENT=0 leaves document and prompt text out.
     """
     if question is None and not demo:
         raise click.UsageError("give a QUESTION, or --demo to ask the demo questions")
+    if question is not None:
+        question = text_argument(question, "question")
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
     if not trace_content_configured():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from pathlib import Path
 
 import click
@@ -17,7 +18,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ragloop.cli.common import console, errors
+from ragloop.cli.common import (
+    EMBEDDER_HELP,
+    InputError,
+    check_embedder,
+    console,
+    errors,
+    output_file,
+)
 from ragloop.core.errors import RagloopError
 from ragloop.evaluation.configurations import ENGINES, build_knowledge_base, make_configuration
 from ragloop.evaluation.datasets import EvalDataset, load_dataset
@@ -68,10 +76,7 @@ def _parse_settings(settings: tuple[str, ...]) -> dict[str, object]:
     help="Knowledge base to build the pool into (default: a cached file per dataset).",
 )
 @click.option(
-    "--embedder",
-    default="default",
-    show_default=True,
-    help="default, minilm, e5, hash, or none (keyword search only).",
+    "--embedder", default="default", show_default=True, callback=check_embedder, help=EMBEDDER_HELP
 )
 @click.option(
     "--engine",
@@ -94,13 +99,15 @@ def _parse_settings(settings: tuple[str, ...]) -> dict[str, object]:
     "json_out",
     type=click.Path(path_type=Path),
     default=None,
+    callback=output_file,
     help="Write the full report (per question too) as JSON.",
 )
 @click.option(
     "--chart",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write a PNG chart of recall against k.",
+    callback=output_file,
+    help="Write a PNG chart of recall against k (needs the eval extra: matplotlib).",
 )
 def eval_command(
     dataset: Path,
@@ -116,6 +123,10 @@ def eval_command(
 ) -> None:
     """Compare one-shot retrieval with the loops on DATASET (HotpotQA, IRCoT, MuSiQue, BEIR or
     simple JSONL), at equal k, with paired significance tests."""
+    if chart is not None and importlib.util.find_spec("matplotlib") is None:
+        raise InputError(
+            "--chart needs matplotlib: pip install 'ragloop[eval]' (or leave --chart out)"
+        )
     try:
         data = load_dataset(dataset, corpus).sample(limit)
         path = kb_path or _cache_path(data, embedder, not no_titles)

@@ -8,7 +8,16 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, shown_path
+from ragloop.cli.common import (
+    EMBEDDER_HELP,
+    check_embedder,
+    console,
+    errors,
+    kb_option,
+    open_kb,
+    print_json,
+    shown_path,
+)
 from ragloop.core.errors import RagloopError
 from ragloop.retrieval.ingest import IngestReport
 
@@ -19,10 +28,7 @@ from ragloop.retrieval.ingest import IngestReport
 @click.option("--collection", default="default", show_default=True, help="Collection to fill.")
 @click.option("--sync", is_flag=True, help="Also remove documents whose files left the folders.")
 @click.option(
-    "--embedder",
-    default="default",
-    show_default=True,
-    help="default, minilm, e5, hash, or none (keyword search only).",
+    "--embedder", default="default", show_default=True, callback=check_embedder, help=EMBEDDER_HELP
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, shown_path
+from ragloop.cli.common import (
+    console,
+    errors,
+    kb_option,
+    open_kb,
+    print_json,
+    shown_path,
+    text_argument,
+)
 from ragloop.cli.demo import open_demo
 from ragloop.core.errors import RagloopError
 from ragloop.retrieval.knowledge_base import SEARCH_MODES
@@ -28,7 +36,8 @@ def search(
     as_json: bool,
     demo: bool,
 ) -> None:
-    """Search the knowledge base."""
+    """Search the knowledge base for QUERY ("-" reads it from standard input)."""
+    query = text_argument(query, "query")
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
     kb = open_demo() if demo else open_kb(kb_location, create=False)

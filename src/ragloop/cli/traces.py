@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 from rich.table import Table
 
-from ragloop.cli.common import console, kb_option, print_json, traces_file
+from ragloop.cli.common import console, kb_option, output_file, print_json, traces_file
 from ragloop.cli.display import print_trace
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
 from ragloop.demo import demo_kb_path
@@ -91,8 +91,9 @@ def show(trace_id: str, kb_location: str | None, demo: bool, as_json: bool) -> N
 @click.option(
     "--html",
     "html_out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     required=True,
+    callback=output_file,
     help="Write a self-contained HTML page here.",
 )
 def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -> None:
