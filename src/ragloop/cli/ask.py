@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from ragloop.cli.common import (
     console,
@@ -20,7 +19,8 @@ from ragloop.cli.common import (
     traces_file,
 )
 from ragloop.cli.demo import open_demo
-from ragloop.cli.display import LiveSteps, render_answer
+from ragloop.cli.display import QUERY_CHARS, LiveSteps, render_answer
+from ragloop.cli.tables import Column, cell, print_table, shorten
 from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
@@ -67,9 +67,10 @@ def describe_stop(result: Result) -> str:
 
 
 def heading(text: str, n: int, total: int, *, demo: bool) -> str:
+    shown = cell(shorten(text, QUERY_CHARS))
     if not demo:
-        return f"[bold]{text}[/]"
-    return f"[dim]{n}/{total} · {DEMO_QUESTIONS[n - 1].kind}[/]  [bold]{text}[/]"
+        return f"[bold]{shown}[/]"
+    return f"[dim]{n}/{total} · {DEMO_QUESTIONS[n - 1].kind}[/]  [bold]{shown}[/]"
 
 
 def show_heading(text: str, n: int, total: int, *, demo: bool) -> None:
@@ -249,12 +250,7 @@ def ask_one(
 
 
 def show_summary(results: list[Result]) -> None:
-    table = Table(title="demo questions", title_justify="left")
-    table.add_column("question", no_wrap=True)
-    table.add_column("iterations", justify="right")
-    table.add_column("strategies", no_wrap=True)
-    table.add_column("stopped")
-    table.add_column("facts found")
+    rows = []
     for demo_question, result in zip(DEMO_QUESTIONS, results, strict=True):
         strategies = (
             [it.strategy.value for it in result.trace if it.strategy]
@@ -262,11 +258,15 @@ def show_summary(results: list[Result]) -> None:
             else [e.tool for e in result.tool_history]
         )
         found = [f for f in demo_question.facts if f in (result.answer or "")]
-        table.add_row(
-            demo_question.kind,
-            str(result.iterations),
-            ", ".join(strategies) or "-",
-            result.stop_reason.value,
-            f"{len(found)}/{len(demo_question.facts)}: {', '.join(found) or '-'}",
+        rows.append(
+            [
+                demo_question.kind,
+                str(result.iterations),
+                ", ".join(strategies) or "-",
+                result.stop_reason.value,
+                cell(f"{len(found)}/{len(demo_question.facts)}: {', '.join(found) or '-'}"),
+            ]
         )
-    console.print(table)
+    columns: list[Column | str] = ["question", Column("iterations", numeric=True)]
+    columns += ["strategies", "stopped", "facts found"]
+    print_table(console, columns, rows, title="demo questions")

@@ -13,10 +13,13 @@ from rich.table import Table
 from rich.text import Text
 
 from ragloop.cli.common import shown_path
+from ragloop.cli.tables import cell, shorten
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.traces import TraceRecord, TraceStep, trace_steps
 
 SHOWN_CHUNKS = 3
+QUERY_CHARS = 300  # of a query or question in a step or heading; traces and --json hold it all
+REASON_CHARS = 600  # of an evaluator's reason or a controller's note (they may quote the question)
 
 
 def score_bar(score: float, width: int = 20) -> Text:
@@ -42,18 +45,18 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
         title.append("  " + ", ".join(tools), style="magenta")
     lines: list[RenderableType] = [title]
     for query in step.queries:
-        lines.append(Text.assemble(("  query  ", "dim"), (query, "italic")))
+        lines.append(Text.assemble(("  query  ", "dim"), (shorten(query, QUERY_CHARS), "italic")))
     if step.note:
-        lines.append(Text.assemble(("  why    ", "dim"), step.note))
+        lines.append(Text.assemble(("  why    ", "dim"), shorten(step.note, REASON_CHARS)))
     if step.chunks:
         table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
-        table.add_column(justify="right", style="dim")
-        table.add_column(justify="right")
-        table.add_column()
+        table.add_column(justify="right", style="dim", no_wrap=True)
+        table.add_column(justify="right", no_wrap=True)
+        table.add_column(overflow="fold")
         for rank, chunk in enumerate(step.chunks[:SHOWN_CHUNKS], 1):
-            where = shown_path(chunk.source)
+            where = cell(shown_path(chunk.source))
             if chunk.title:
-                where += f"  [dim]{chunk.title}[/]"
+                where += f"  [dim]{cell(chunk.title)}[/]"
             table.add_row(f"{rank}.", f"{chunk.score:.3f}", where)
         more = len(step.chunks) - SHOWN_CHUNKS
         lines.append(Padding(table, (0, 0, 0, 9)))
@@ -62,7 +65,9 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
     if step.score is not None:
         lines.append(Text.assemble(("  score  ", "dim"), score_bar(step.score)))
     if step.reason:
-        lines.append(Text.assemble(("  reason ", "dim"), (step.reason, "yellow")))
+        lines.append(
+            Text.assemble(("  reason ", "dim"), (shorten(step.reason, REASON_CHARS), "yellow"))
+        )
     return Padding(Group(*lines), (0, 0, 1, 0))
 
 
@@ -104,7 +109,12 @@ def print_trace(console: Console, record: TraceRecord) -> None:
     console.print(
         Text.assemble(
             ("question  ", "dim"),
-            (record.question or "(not recorded: content capture was off)", "bold"),
+            (
+                shorten(record.question, QUERY_CHARS)
+                if record.question
+                else "(not recorded: content capture was off)",
+                "bold",
+            ),
         )
     )
     meta = ", ".join(f"{k}={v}" for k, v in record.meta.items() if v is not None)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ragloop.cli.common import (
     EMBEDDER_HELP,
@@ -18,6 +17,7 @@ from ragloop.cli.common import (
     print_json,
     shown_path,
 )
+from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 from ragloop.retrieval.ingest import IngestReport
 
@@ -85,27 +85,21 @@ def ingest(
 
 
 def show_report(report: IngestReport, where: str | None) -> None:
-    table = Table(title=f"ingested into {where}", title_justify="left")
-    for column in ("added", "updated", "unchanged", "removed", "skipped", "chunks added"):
-        table.add_column(column, justify="right")
-    table.add_row(
-        *(
-            str(n)
-            for n in (
-                report.added,
-                report.updated,
-                report.unchanged,
-                report.removed,
-                len(report.skipped),
-                report.chunks_added,
-            )
-        )
+    counts = (
+        report.added,
+        report.updated,
+        report.unchanged,
+        report.removed,
+        len(report.skipped),
+        report.chunks_added,
     )
-    console.print(table)
+    headers = ("added", "updated", "unchanged", "removed", "skipped", "chunks added")
+    print_table(
+        console,
+        [Column(h, numeric=True) for h in headers],
+        [[str(n) for n in counts]],
+        title=f"ingested into {where}",
+    )
     if report.skipped:
-        skipped = Table(title="skipped", title_justify="left")
-        skipped.add_column("file")
-        skipped.add_column("reason")
-        for path, reason in report.skipped:
-            skipped.add_row(shown_path(path), reason)
-        console.print(skipped)
+        rows = [[cell(shown_path(path)), cell(reason)] for path, reason in report.skipped]
+        print_table(console, ["file", "reason"], rows, title="skipped")
