@@ -1,6 +1,7 @@
 """ragloop agent-loop QUERY: seed 004's smoke command, the retrieval loop over the knowledge base.
 
-It runs :meth:`ragloop.RetrievalLoop.offline` (no LLM, no credentials) and prints the run as the
+It runs :meth:`ragloop.RetrievalLoop.offline` (no LLM, no credentials): seed 004 calls its loop
+AgentLoopV0, ragloop calls it RetrievalLoop, and the output says so first. Then the run as the
 seed's table: the query, the stop reason, the budget used, the cache stats, the final chunks and
 one line per iteration.
 """
@@ -31,6 +32,7 @@ def render(result: RetrievalResult) -> str:
     if spent.dollars:
         budget += f" dollars={spent.dollars:.6f}"
     lines = [
+        "loop:         RetrievalLoop (offline: hybrid search, entity-bridge refiner, no LLM)",
         f"query:        {result.query!r}",
         f"stop_reason:  {result.stop_reason.value}",
         f"budget_used:  {budget}",
@@ -57,7 +59,15 @@ def render(result: RetrievalResult) -> str:
 @click.argument("query")
 @kb_option
 @click.option("--demo", is_flag=True, help="Use the demo knowledge base (built on first use).")
-@click.option("--max-iter", type=click.IntRange(1, 50), default=5, show_default=True)
+@click.option(
+    "--max-iterations",
+    "--max-iter",
+    "max_iter",
+    type=click.IntRange(1, 50),
+    default=5,
+    show_default=True,
+    help="Iterations at most (--max-iter, seed 004's spelling, works too).",
+)
 @click.option(
     "--sub-query",
     "sub_queries",

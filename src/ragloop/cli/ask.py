@@ -27,7 +27,7 @@ from ragloop.core.rag_records import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
 from ragloop.observability.events import listen
 from ragloop.observability.settings import set_trace_content, trace_content_configured
-from ragloop.observability.traces import TraceRecorder, TraceStore
+from ragloop.observability.traces import TraceRecorder, TraceStore, summarize
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.retrieval.knowledge_base import KnowledgeBase
@@ -51,19 +51,6 @@ def build_engine(
         return builder(kb, model=model, **settings)
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
-
-
-def describe_stop(result: Result) -> str:
-    if isinstance(result, LoopResult):
-        if not result.trace:
-            return "before any iteration finished"
-        best = result.best_iteration
-        return (
-            f"after {result.iterations} iteration(s); best: iteration {best.iteration}, "
-            f"score {best.evaluation.score:.2f}"
-        )
-    searches = sum(1 for e in result.tool_history if e.tool == "search")
-    return f"after {result.iterations} turn(s), {searches} search(es)"
 
 
 def heading(text: str, n: int, total: int, *, demo: bool) -> str:
@@ -121,9 +108,12 @@ def run_one(
 )
 @click.option(
     "--max-iterations",
+    "--max-iter",
+    "max_iterations",
     type=click.IntRange(1, 50),
     default=None,
-    help="Iterations (rag), turns (agent) or retrieval hops (retrieval) at most.",
+    help="Iterations (rag), turns (agent) or retrieval hops (retrieval) at most "
+    "(--max-iter works too).",
 )
 @click.option(
     "--threshold",
@@ -240,7 +230,14 @@ def ask_one(
         show_heading(text, n, total, demo=listing)
     result, trace_id = run_one(loop, text, quiet=quiet, recorder=recorder)
     if not quiet:
-        console.print(render_answer(result.answer, result.stop_reason.value, describe_stop(result)))
+        # what ran and why it stopped, as `traces show` and the HTML report say it
+        record = recorder.records.get(trace_id) if trace_id else None
+        if record is not None:
+            summary = summarize(record)
+            stop, detail = summary.stop_reason, summary.detail
+        else:
+            stop, detail = result.stop_reason.value, f"after {result.iterations} iteration(s)"
+        console.print(render_answer(result.answer, stop, detail))
         if trace_id:
             where = " --demo" if demo else ""
             console.print(
