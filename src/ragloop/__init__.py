@@ -99,7 +99,7 @@ from ragloop.retrieval.embedders import (
     get_embedder,
 )
 from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, SemanticEmbeddingCache
-from ragloop.retrieval.ingest import IngestReport
+from ragloop.retrieval.ingest import IngestInterrupted, IngestReport
 from ragloop.retrieval.knowledge_base import (
     DenseSearchUnavailable,
     Document,
@@ -154,6 +154,7 @@ __all__ = [
     "HeuristicEvaluator",
     "HeuristicReformulator",
     "HeuristicUnderstander",
+    "IngestInterrupted",
     "IngestReport",
     "KeywordRefiner",
     "KnowledgeBase",

@@ -19,7 +19,7 @@ from ragloop.cli.common import (
 )
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
-from ragloop.retrieval.ingest import IngestReport
+from ragloop.retrieval.ingest import IngestInterrupted, IngestReport
 
 
 @click.command()
@@ -76,6 +76,15 @@ def ingest(
         where = str(kb.path) if kb.path is not None else kb.stats().path
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
+    except IngestInterrupted as stop:
+        saved = stop.report.added + stop.report.updated
+        click.echo(
+            f"interrupted: {saved} document(s) saved ({stop.report.added} added, "
+            f"{stop.report.updated} updated) before it stopped; run the same command again "
+            "to resume: saved documents are not read again",
+            err=True,
+        )
+        raise click.exceptions.Exit(130) from None
     finally:
         kb.close()
     if as_json:
