@@ -100,7 +100,7 @@ from ragloop.retrieval.embedders import (
     get_embedder,
 )
 from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, SemanticEmbeddingCache
-from ragloop.retrieval.ingest import IngestReport
+from ragloop.retrieval.ingest import IngestInterrupted, IngestReport
 from ragloop.retrieval.knowledge_base import (
     DenseSearchUnavailable,
     Document,
@@ -156,6 +156,7 @@ __all__ = [
     "HeuristicEvaluator",
     "HeuristicReformulator",
     "HeuristicUnderstander",
+    "IngestInterrupted",
     "IngestReport",
     "KeywordRefiner",
     "KnowledgeBase",

@@ -30,6 +30,10 @@ whose LLM times out) are not wrapped: with ``on_error="raise"`` they propagate u
 note saying which step of which iteration raised them; with ``on_error="stop"`` the engine ends
 the run with ``StopReason.ERROR`` and keeps the partial trace and the message.
 
+Not an error: ``ragloop.IngestInterrupted`` is the ``KeyboardInterrupt`` of an interrupted
+ingest, carrying the report of what was saved (it lives with the ingest report, in
+``ragloop.retrieval.ingest``).
+
 Running out of budget is never an exception at the engine boundary: the engine returns its best
 partial result with the matching ``StopReason``. ``AgentLoop`` goes further: it never raises
 for a failing controller or tool either (a failing controller ends the run with

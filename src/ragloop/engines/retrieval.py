@@ -14,9 +14,10 @@ Stop rules, in seed 004's order:
 - at its end: ``should_continue(history)`` False -> ``caller_stop``; fewer new chunks than
   ``min_new_chunks_per_iter`` -> ``diminishing_returns`` (never on iteration 0; 0 disables it);
   with ``improvement_threshold`` set, a best score less than that above the best so far (0.0
-  before iteration 0, as in seed 003's code) -> ``no_improvement``; the refinement returning
-  None -> ``caller_stop``; the last iteration -> ``max_iterations`` (the refinement is not
-  asked after it: its query could not be used).
+  before iteration 0, as in seed 003's code) -> ``no_improvement``; ``refine_query`` returning
+  None -> ``caller_stop``, the loop's refiner returning None -> ``no_new_queries``; the last
+  iteration -> ``max_iterations`` (the refinement is not asked after it: its query could not be
+  used).
 
 Telemetry (:mod:`ragloop.observability`): a run span with seed 004's attributes, an ``iteration``
 event (and structured log record) per iteration, a span per retrieval.
