@@ -40,7 +40,7 @@ from typing import Any, Unpack
 from ragloop.components.fitting import complete_fitted
 from ragloop.components.prompts import agent_answer_prompt, agent_synthesis_prompt
 from ragloop.core.agent_records import AgentResult, ToolHistoryEntry
-from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.budget import Budget, BudgetTracker, check_budget
 from ragloop.core.calls import (
     ChatFn,
     call,
@@ -159,8 +159,7 @@ class AgentLoop:
             raise ConfigError("fallback_synthesis", "must be True or False")
         if synthesizer is not None and not callable(synthesizer):
             raise ConfigError("synthesizer", "must be a function of the messages, or None")
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         if system_prompt is not None and not (
             isinstance(system_prompt, str) or callable(system_prompt)
         ):
@@ -243,8 +242,7 @@ class AgentLoop:
 
     async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> AgentResult:
         check_query(query)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         budget = self.budget if budget is None else budget
         telemetry = RunTelemetry("agent", span_kind="AGENT", tools=self.tools)
         # the default prompt mentions the budget: a run with its own gets its own prompt

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from ragloop.components.text import normalize_query
-from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.budget import Budget, BudgetTracker, check_budget
 from ragloop.core.calls import (
     GenerateFn,
     call,
@@ -106,8 +106,7 @@ class LoopConfig:
             raise ConfigError("on_iteration", "must be callable or None")
         if isinstance(self.budget, dict):
             self.budget = Budget(**self.budget)
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {self.budget!r}")
+        check_budget(self.budget)
         if self.on_error not in ("raise", "stop"):
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
         if not isinstance(self.stop_on_repeat, bool):
@@ -200,8 +199,7 @@ class RAGLoop:
 
     async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> LoopResult:
         check_query(query)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         telemetry = RunTelemetry("rag", span_kind="CHAIN")
         run = _Run(self, query, telemetry, self.config.budget if budget is None else budget)
         started = telemetry.active(
