@@ -20,7 +20,7 @@ from ragloop.components.extractive import (
     soft_matches,
     split_chunks,
 )
-from ragloop.components.fitting import ask_fitted, cut_text, estimate_tokens, fit_chunks
+from ragloop.components.fitting import ask_fitted, cut_text, fit_chunk_prompt
 from ragloop.components.generators import NO_ANSWER, strip_citations
 from ragloop.components.grounding import LexicalGrounder
 from ragloop.components.prompts import evaluator_prompt, fence_chunk
@@ -84,17 +84,19 @@ class LLMEvaluator:
 
     async def aevaluate(self, query: str, chunks: list[Chunk], answer: str) -> EvaluationResult:
         def build(room: int | None) -> tuple[str, PromptFit]:
-            shown, notes = answer, []
-            if room is not None:
-                shown = cut_text(answer, max(room // 3, 1))
-                if shown != answer:
-                    notes.append("the answer was cut to a third of the prompt's room")
-                room -= estimate_tokens(evaluator_prompt(query, [], shown, omitted=len(chunks)))
-            kept, fit = fit_chunks(chunks, room, fence_chunk)
-            prompt = evaluator_prompt(query, kept, shown, omitted=fit.chunks_dropped)
-            return prompt, fit.model_copy(update={"notes": [*notes, *fit.notes]})
+            shown = answer if room is None else cut_text(answer, max(room // 3, 1))
+            prompt, fit = fit_chunk_prompt(
+                chunks,
+                room,
+                fence_chunk,
+                lambda kept, left: evaluator_prompt(query, kept, shown, omitted=left),
+            )
+            if shown == answer:
+                return prompt, fit
+            notes = ["the answer was cut to a third of the prompt's room", *fit.notes]
+            return prompt, fit.model_copy(update={"notes": notes})
 
-        response, _ = await ask_fitted(
+        response = await ask_fitted(
             self.generate_fn, build, role="evaluator", max_tokens=self.max_tokens
         )
         reply = response.text

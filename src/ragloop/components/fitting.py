@@ -135,6 +135,20 @@ def fit_chunks(
     )
 
 
+def fit_chunk_prompt(
+    chunks: Sequence[Chunk],
+    room: int | None,
+    render: ChunkRender,
+    prompt: Callable[[list[Chunk], int], str],
+) -> tuple[str, PromptFit]:
+    """``prompt(kept, omitted)`` around the chunks that fit: the rest of the prompt (measured
+    with no chunks) comes out of ``room`` first, the chunks get what is left."""
+    if room is not None:
+        room -= estimate_tokens(prompt([], len(chunks)))
+    kept, fit = fit_chunks(chunks, room, render)
+    return prompt(kept, fit.chunks_dropped), fit
+
+
 # -- one prompt, fitted and sent ------------------------------------------------------------------
 
 
@@ -144,16 +158,17 @@ async def ask_fitted(
     *,
     role: str,
     max_tokens: int | None,
-) -> tuple[ModelResponse, PromptFit]:
+) -> ModelResponse:
     """Build the prompt for the room the model's window leaves (``build(room)`` returns the
-    prompt and what it left out; ``room`` None means unlimited), send it with its reply bound,
-    and return the reply and the fit. A :class:`~ragloop.ContextOverflowError` naming the real
-    sizes gets the prompt fitted once more to them; a second one is raised."""
+    prompt and what it left out; ``room`` None means unlimited), send it with its reply bound
+    (the call's record keeps the fit), and return the reply. A
+    :class:`~ragloop.ContextOverflowError` naming the real sizes gets the prompt fitted once
+    more to them; a second one is raised."""
     window = await context_window_of(model)
     bound = reply_tokens(model, role, max_tokens, window)
     prompt, fit = _built(build, prompt_room(window, bound), window, bound)
     try:
-        return await llm.ask(model, prompt, role=role, max_tokens=bound, fit=fit), fit
+        return await llm.ask(model, prompt, role=role, max_tokens=bound, fit=fit)
     except ContextOverflowError as error:
         real = error.context_window or window
         if real is None:
@@ -168,7 +183,7 @@ async def ask_fitted(
             raise  # nothing left to cut: the question alone does not fit
         refit = refit.model_copy(update={"refit": True})
         logger.info("%s prompt refitted to a %d-token window after: %s", role, real, error)
-        return await llm.ask(model, again, role=role, max_tokens=bound, fit=refit), refit
+        return await llm.ask(model, again, role=role, max_tokens=bound, fit=refit)
 
 
 def _built(build: Build, room: int | None, window: int | None, reply: int) -> tuple[str, PromptFit]:
@@ -184,17 +199,6 @@ def _built(build: Build, room: int | None, window: int | None, reply: int) -> tu
         "notes": notes,
     }
     return prompt, fit.model_copy(update=update)
-
-
-def merge_fits(*fits: PromptFit) -> PromptFit:
-    """One record of several fitting steps of one prompt."""
-    return PromptFit(
-        chunks_kept=sum(f.chunks_kept for f in fits),
-        chunks_dropped=sum(f.chunks_dropped for f in fits),
-        chunks_cut=sum(f.chunks_cut for f in fits),
-        history_dropped=sum(f.history_dropped for f in fits),
-        notes=[note for f in fits for note in f.notes],
-    )
 
 
 # -- conversations (the agent loop) ---------------------------------------------------------------

@@ -27,7 +27,7 @@ from ragloop.components.extractive import (
     sentence_similarity,
     split_chunks,
 )
-from ragloop.components.fitting import ask_fitted, estimate_tokens, fit_chunks
+from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.prompts import fence_chunk, generator_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
@@ -167,12 +167,14 @@ class LLMGenerator:
 
     async def agenerate(self, query: str, chunks: list[Chunk]) -> GeneratorOutput:
         def build(room: int | None) -> tuple[str, PromptFit]:
-            if room is not None:
-                room -= estimate_tokens(generator_prompt(query, [], omitted=len(chunks)))
-            kept, fit = fit_chunks(chunks, room, fence_chunk)
-            return generator_prompt(query, kept, omitted=fit.chunks_dropped), fit
+            return fit_chunk_prompt(
+                chunks,
+                room,
+                fence_chunk,
+                lambda kept, left: generator_prompt(query, kept, omitted=left),
+            )
 
-        response, _ = await ask_fitted(
+        response = await ask_fitted(
             self.generate_fn, build, role="generator", max_tokens=self.max_tokens
         )
         reply = response.text

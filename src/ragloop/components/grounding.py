@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from ragloop.components.fitting import ask_fitted, estimate_tokens, fit_chunks
+from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.prompts import judge_chunk, judge_prompt
 from ragloop.components.text import content_terms, is_number
 from ragloop.core.agent_records import GroundedSpan, Grounding, SpanSource, Verdict
@@ -122,14 +122,14 @@ class LLMJudgeGrounder:
         asked = question if isinstance(question, str) else None
 
         def build(room: int | None) -> tuple[str, PromptFit]:
-            if room is not None:
-                room -= estimate_tokens(judge_prompt(asked, [], answer, omitted=len(chunks)))
-            kept, fit = fit_chunks(chunks, room, judge_chunk)
-            return judge_prompt(asked, kept, answer, omitted=fit.chunks_dropped), fit
+            return fit_chunk_prompt(
+                chunks,
+                room,
+                judge_chunk,
+                lambda kept, left: judge_prompt(asked, kept, answer, omitted=left),
+            )
 
-        response, _ = await ask_fitted(
-            self.model, build, role="grounder", max_tokens=self.max_tokens
-        )
+        response = await ask_fitted(self.model, build, role="grounder", max_tokens=self.max_tokens)
         reply = response.text
         parsed = parse_llm_json(reply, _JudgeReply, cut=response.truncated)
         if isinstance(parsed, ParseFailure):

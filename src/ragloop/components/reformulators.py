@@ -181,7 +181,7 @@ class LLMReformulator:
             notes = [f"attempts 1-{start} shown only by their queries"] if start else []
             return prompt, PromptFit(history_dropped=start, notes=notes)
 
-        response, _ = await ask_fitted(
+        response = await ask_fitted(
             self.generate_fn, build, role="reformulator", max_tokens=self.max_tokens
         )
         reply = response.text

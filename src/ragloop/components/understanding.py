@@ -163,7 +163,7 @@ class LLMUnderstander:
         def build(room: int | None) -> tuple[str, PromptFit]:
             return understanding_prompt(query, glossary), PromptFit()
 
-        response, _ = await ask_fitted(
+        response = await ask_fitted(
             self.model, build, role="understander", max_tokens=self.max_tokens
         )
         reply = response.text

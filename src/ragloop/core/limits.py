@@ -9,14 +9,16 @@ every call a run made.
   your own reads it with :func:`requested_max_tokens`.
 - :class:`PromptFit`: what fitting a prompt to the model's context window left out.
 - :class:`LLMCall`: one model call of a run (role, bound, finish reason, tokens, fit), collected
-  into the engines' traces by :func:`collect_calls`.
+  into the engines' traces by :func:`collect_calls` and into their results' ``llm_calls`` by
+  :func:`with_llm_calls`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -146,3 +148,13 @@ def record_call(call: LLMCall) -> None:
     """Add ``call`` to every active :func:`collect_calls` block (no-op outside them)."""
     for calls in _collectors.get():
         calls.append(call)
+
+
+Result = TypeVar("Result", bound=BaseModel)
+
+
+async def with_llm_calls(run: Awaitable[Result]) -> Result:
+    """The result of ``run`` (an engine's), its ``llm_calls`` the model calls made meanwhile."""
+    with collect_calls() as made:
+        result = await run
+    return result.model_copy(update={"llm_calls": made})

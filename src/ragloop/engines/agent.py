@@ -49,7 +49,7 @@ from ragloop.core.calls import (
     sync_calls_in_threads,
 )
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
-from ragloop.core.limits import check_max_tokens, collect_calls
+from ragloop.core.limits import check_max_tokens, with_llm_calls
 from ragloop.core.protocols import ChatModel, Retriever
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
 from ragloop.engines.agent_options import (
@@ -259,9 +259,7 @@ class AgentLoop:
             content={"question": query},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            with collect_calls() as made:
-                result = await run.execute()
-            return result.model_copy(update={"llm_calls": made})
+            return await with_llm_calls(run.execute())
 
 
 @dataclass

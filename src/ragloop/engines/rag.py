@@ -39,7 +39,7 @@ from ragloop.core.calls import (
     sync_calls_in_threads,
 )
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
-from ragloop.core.limits import LLMCall, collect_calls
+from ragloop.core.limits import LLMCall, collect_calls, with_llm_calls
 from ragloop.core.protocols import ChatModel, Evaluator, Generator, Reformulator, Retriever
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -211,9 +211,7 @@ class RAGLoop:
             content={"question": query},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            with collect_calls() as made:
-                result = await run.execute()
-            return result.model_copy(update={"llm_calls": made})
+            return await with_llm_calls(run.execute())
 
 
 class _RepeatStop(Exception):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 from ragloop.core.budget import Budget, check_budget
 from ragloop.core.calls import GenerateFn, has_method, run_sync, sync_calls_in_threads
 from ragloop.core.errors import ConfigError, check_query
-from ragloop.core.limits import collect_calls
+from ragloop.core.limits import with_llm_calls
 from ragloop.core.protocols import (
     ChatModel,
     CostEstimator,
@@ -281,6 +281,4 @@ class RetrievalLoop:
                     max_iterations=cfg.max_iterations, allow_route_switch=cfg.allow_route_switch
                 )
             )
-            with collect_calls() as made:
-                result = await run.execute()
-            return result.model_copy(update={"llm_calls": made})
+            return await with_llm_calls(run.execute())

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from ragloop.core.errors import ConfigError, ModelError
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall, Usage
-from ragloop.providers.base import DEFAULT_MAX_TOKENS, HTTPChatModel
+from ragloop.providers.base import MODEL_MAX_TOKENS, HTTPChatModel
 from ragloop.providers.endpoints import ANTHROPIC_ENV, resolve_endpoint
 from ragloop.providers.http import DEFAULT_TIMEOUT, Connection, RetryPolicy, excerpt
 from ragloop.providers.pricing import ModelPrice
@@ -138,7 +138,7 @@ class AnthropicModel(HTTPChatModel):
         http_client: httpx.Client | httpx.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
         temperature: float | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_tokens: int = MODEL_MAX_TOKENS,
         context_window: int | None = CLAUDE_CONTEXT_WINDOW,
         price: ModelPrice | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -174,7 +174,7 @@ class AnthropicModel(HTTPChatModel):
         system, turns = wire_messages(messages)
         payload: dict[str, Any] = {
             "model": self.model_name,
-            "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
+            "max_tokens": max_tokens or MODEL_MAX_TOKENS,
             "messages": turns,
         }
         if system:

@@ -37,7 +37,7 @@ from ragloop.providers.pricing import ModelPrice, lookup_price
 
 # What a reply may take when neither the call nor the model sets a bound: a model left
 # unbounded can generate until the server's context is full.
-DEFAULT_MAX_TOKENS = 4096
+MODEL_MAX_TOKENS = 4096
 
 
 class TextStream:
@@ -98,7 +98,7 @@ class HTTPChatModel:
         provider: str,
         price: ModelPrice | None,
         extra_body: Mapping[str, Any] | None,
-        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = MODEL_MAX_TOKENS,
         context_window: int | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from ragloop.core.errors import ModelError, ModelHTTPError
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall, Usage
-from ragloop.providers.base import DEFAULT_MAX_TOKENS, HTTPChatModel
+from ragloop.providers.base import MODEL_MAX_TOKENS, HTTPChatModel
 from ragloop.providers.endpoints import OPENAI_ENV, resolve_endpoint
 from ragloop.providers.http import DEFAULT_TIMEOUT, Connection, RetryPolicy, excerpt
 from ragloop.providers.pricing import ModelPrice
@@ -153,7 +153,7 @@ class OpenAICompatibleModel(HTTPChatModel):
         retry: RetryPolicy | None = None,
         json_mode: bool = False,
         temperature: float | None = None,
-        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        max_tokens: int | None = MODEL_MAX_TOKENS,
         context_window: int | None = None,
         supports_tools: bool | None = None,
         price: ModelPrice | None = None,
