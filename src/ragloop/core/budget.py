@@ -52,6 +52,14 @@ class Budget(BaseModel):
     max_iter: int | None = Field(default=None, ge=0)
 
 
+def check_budget(budget: object) -> Budget | None:
+    """``budget`` as given to an engine or a run, refused with a :class:`ConfigError` when it
+    is neither None nor a :class:`Budget`."""
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+    return budget
+
+
 class BudgetSpend(BaseModel):
     """What a run spent. ``dollars`` counts only calls whose price is known."""
 

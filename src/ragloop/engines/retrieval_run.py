@@ -123,8 +123,11 @@ class Run:
                 message = f"refiner failed after iteration {index}: {type(error).__name__}: {error}"
                 self.telemetry.failed(error)
                 return self._finish(StopReason.ERROR, error=message)
-            if refined is None:
-                return self._finish(StopReason.CALLER_STOP)
+            if refined is None:  # the caller's refine_query, else the loop's refiner, said stop
+                by_caller = self.refine_query is not None
+                return self._finish(
+                    StopReason.CALLER_STOP if by_caller else StopReason.NO_NEW_QUERIES
+                )
             queries = refined
         return self._finish(StopReason.MAX_ITERATIONS)
 
