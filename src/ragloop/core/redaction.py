@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -101,8 +100,3 @@ def redact_all(value: T) -> T:
     if isinstance(value, list | tuple):
         return type(value)(redact_all(v) for v in value)
     return value
-
-
-def registered_secrets() -> Iterable[str]:
-    """The secrets registered so far (for tests)."""
-    return frozenset(_secrets)
