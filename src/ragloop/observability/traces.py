@@ -254,6 +254,8 @@ class TraceRecorder:
         self._listening: Listening | None = None
 
     def __call__(self, event: LoopEvent) -> None:
+        if event.kind is EventKind.ANSWER_DELTA:  # the answer event that follows holds them all
+            return
         with self._lock:
             # a run started inside another (a RetrievalLoop serving as a loop's retriever) is
             # kept in the outer run's trace, where trace_steps shows it as that step's hops
