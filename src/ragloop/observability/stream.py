@@ -1,6 +1,7 @@
 """A run as a stream of its events: what every engine's ``astream()`` returns.
 
-:func:`stream_run` starts the run in a task of its own with a *sink* in its context: every
+:func:`stream_run` starts the run in a task of its own, in the context the stream was made in
+(its context variables: the run in progress it nests in, a trace's meta), with a *sink*: every
 event the run (and any run nested in it) emits is put on the stream as well as emitted as
 usual, with its content whatever the capture setting, since a stream goes to whoever asked.
 Events are the same :class:`~ragloop.LoopEvent` records that listeners, logs and stored traces
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import threading
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from contextvars import ContextVar
@@ -71,6 +73,7 @@ class RunStream(Generic[R]):
 
     def __init__(self, start: Callable[[], Coroutine[Any, Any, R]]) -> None:
         self._start = start
+        self._context = contextvars.copy_context()
         self._result: R | None = None
         self._done = False
         self._events = self._run()
@@ -84,12 +87,9 @@ class RunStream(Generic[R]):
 
     async def _run(self) -> AsyncGenerator[LoopEvent, None]:
         loop = asyncio.get_running_loop()
-        sink = _Sink(loop, _sink.get())
-        token = _sink.set(sink)
-        try:  # the task copies this context: the run, and only the run, sees the sink
-            task = loop.create_task(self._start())
-        finally:
-            _sink.reset(token)
+        sink = _Sink(loop, self._context.get(_sink))
+        self._context.run(_sink.set, sink)  # the run, and only the run, sees the sink
+        task = loop.create_task(self._start(), context=self._context)
         task.add_done_callback(lambda _: sink.put(_END))
         try:
             while True:
