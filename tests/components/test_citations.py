@@ -17,7 +17,10 @@ def test_each_marker_resolves_to_the_chunk_its_label_names():
         chunk("Tents cost 12 pounds a night to hire.", "hire.md", "Gear library", 0.9),
         chunk("The Skylark 2 weighs 2 kg.", "skylark.md", "Skylark 2", 0.7),
     ]
-    answer = "It weighs 2 kg [1]. Hire costs 12 pounds [2].\n\nSources: [1] skylark.md (Skylark 2); [2] hire.md (Gear library)"
+    answer = (
+        "It weighs 2 kg [1]. Hire costs 12 pounds [2].\n\n"
+        "Sources: [1] skylark.md (Skylark 2); [2] hire.md (Gear library)"
+    )
     cited = resolve_citations(answer, chunks)
     assert [(c.number, c.chunk_id, c.source, c.title, c.score) for c in cited] == [
         (1, chunks[1].id, "skylark.md", "Skylark 2", 0.7),

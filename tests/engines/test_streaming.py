@@ -20,7 +20,7 @@ from ragloop import (
     listen,
     set_trace_content,
 )
-from ragloop.observability.traces import TraceRecorder, TraceStore
+from ragloop.observability.traces import TraceRecorder, TraceStore, trace_meta
 from ragloop.testing import HashEmbedder, InMemoryRetriever, ScriptedModel
 from tests.helpers import (
     EchoGenerator,
@@ -254,3 +254,13 @@ async def test_nested_runs_stream_inside_the_outer_one():
     citations = events[-1].attributes["citations"]
     assert citations
     assert all(c["chunk_id"] for c in citations)
+
+
+async def test_a_stream_runs_in_the_context_it_was_made_in(tmp_path):
+    with TraceRecorder(meta={"kb": "x"}) as recorder:
+        with trace_meta(key="alice"):
+            stream = rag_loop().astream(Q)
+        await read(stream)  # read outside the block: the run keeps the meta it was made with
+        await read(rag_loop().astream(Q))
+    metas = sorted((r.meta for r in recorder.records.values()), key=len)
+    assert metas == [{"kb": "x"}, {"kb": "x", "key": "alice"}]

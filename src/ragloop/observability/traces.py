@@ -235,14 +235,14 @@ class TraceStore:
             self._local.conn = None
 
 
-_run_meta: ContextVar[Mapping[str, Any]] = ContextVar("ragloop_trace_meta", default={})
+_run_meta: ContextVar[Mapping[str, Any] | None] = ContextVar("ragloop_trace_meta", default=None)
 
 
 @contextmanager
 def trace_meta(**meta: Any) -> Iterator[None]:
     """Runs started inside the block are stored with ``meta`` added to the recorder's own (the
     server names the API key that asked, so only that key may read the trace)."""
-    token = _run_meta.set({**_run_meta.get(), **meta})
+    token = _run_meta.set({**(_run_meta.get() or {}), **meta})
     try:
         yield
     finally:
@@ -277,7 +277,7 @@ class TraceRecorder:
             # kept in the outer run's trace, where trace_steps shows it as that step's hops
             root = self._nested.root(event)
             if root not in self._events:  # called in the run's own context: its trace_meta
-                self._meta[root] = _run_meta.get()
+                self._meta[root] = _run_meta.get() or {}
             events = self._events.setdefault(root, [])
             events.append(event)
             if event.kind is not EventKind.RUN_FINISHED or event.run_id != root:
