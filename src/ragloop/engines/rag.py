@@ -40,6 +40,7 @@ from ragloop.core.calls import (
     sync_calls_in_threads,
 )
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
+from ragloop.core.limits import LLMCall, collect_calls, with_llm_calls
 from ragloop.core.protocols import ChatModel, Evaluator, Generator, Reformulator, Retriever
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -219,7 +220,7 @@ class RAGLoop:
             content={"question": query},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            return await run.execute()
+            return await with_llm_calls(run.execute())
 
 
 class _RepeatStop(Exception):
@@ -248,13 +249,16 @@ class _Run:
         queries = [self.query]
         made_by: ReformulationOutput | None = None
         reformulate_ms: float | None = None
+        reformulate_calls: list[LLMCall] = []
         last = self.config.max_iterations
         for number in range(1, last + 1):
             try:
                 self.tracker.check(starting_iteration=True)
                 self.tracker.count_iteration()
                 self.number = number
-                it = await self._iteration(number, queries, made_by, reformulate_ms)
+                with collect_calls() as made_calls:
+                    it = await self._iteration(number, queries, made_by, reformulate_ms)
+                it.llm_calls = [*reformulate_calls, *made_calls]
                 self.history.append(it)
                 self._iteration_event(it)
                 verdict = await self._notify(it)
@@ -268,7 +272,8 @@ class _Run:
                     break
                 self.tracker.check(starting_iteration=True)  # no reformulation we cannot use
                 started = time.perf_counter()
-                made_by = await self._step("reformulate", self._reformulate)
+                with collect_calls() as reformulate_calls:
+                    made_by = await self._step("reformulate", self._reformulate)
                 reformulate_ms = _ms_since(started)
                 self._reformulation_event(number, made_by)
                 queries = made_by.queries[: self.config.max_sub_queries]

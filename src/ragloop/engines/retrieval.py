@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 from ragloop.core.budget import Budget, check_budget
 from ragloop.core.calls import GenerateFn, has_method, run_sync, sync_calls_in_threads
 from ragloop.core.errors import ConfigError, check_query
+from ragloop.core.limits import with_llm_calls
 from ragloop.core.protocols import (
     ChatModel,
     CostEstimator,
@@ -300,4 +301,4 @@ class RetrievalLoop:
                     max_iterations=cfg.max_iterations, allow_route_switch=cfg.allow_route_switch
                 )
             )
-            return await run.execute()
+            return await with_llm_calls(run.execute())
