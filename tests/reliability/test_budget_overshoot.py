@@ -280,3 +280,41 @@ def test_900_seeded_runs_overshoot_by_at_most_one_call():
             if spent > cap and spent - cap > max(priced.spent):
                 over.append((name, costs, cap, kind))
     assert over == []
+
+
+class StreamingModel:
+    """A chat model that streams its answers, with no known price."""
+
+    price = None
+
+    def __init__(self) -> None:
+        self.streams = 0
+
+    async def acomplete(self, messages, tools=None) -> ModelResponse:
+        return ModelResponse(text='{"answer": "x", "confidence": 0.5}')
+
+    async def astream(self, messages):
+        self.streams += 1
+        yield '{"answer": "x", "confidence": 0.5}'
+
+
+def test_a_streamed_answer_is_admitted_by_the_budget_like_any_call():
+    model = StreamingModel()
+    loop = RAGLoop(
+        AskingRetriever(FunctionModel(_text("x"), usage=Usage(cost_usd=0.0))),
+        LLMGenerator(model=model),
+        LLMEvaluator(model=model),
+        LLMReformulator(model=model),
+        LoopConfig(on_error="stop", budget=Budget(max_dollars=1.0)),
+    )
+
+    async def consume():
+        stream = loop.astream("tents?")
+        async for _ in stream:
+            pass
+        return stream.result
+
+    result = asyncio.run(consume())
+    assert result.stop_reason == StopReason.ERROR
+    assert "no known price" in result.error
+    assert model.streams == 0  # refused before the stream was opened
