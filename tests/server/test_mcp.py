@@ -89,3 +89,16 @@ async def test_streamable_http_with_keys(kb_file, tmp_path):
     finally:
         service.close()
         kb.close()
+
+
+async def test_the_http_app_serves_mcp_at_slash_mcp(server):
+    url, _ = server
+    headers = {"Authorization": f"Bearer {KEYS['root']}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=120) as http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+    ):
+        await check_tools(client, sees_secret=True)
+    async with httpx2.AsyncClient(timeout=30) as http:
+        refused = await http.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    assert refused.status_code == 401

@@ -8,6 +8,8 @@ so it answers at once. tests/test_startup.py keeps each summary equal to its com
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -75,6 +77,9 @@ class LazyGroup(click.Group):
             formatter.write_dl(sorted(rows))
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
 def _use_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value is not None:  # imported only when given: --help stays light
         from ragloop.config import use_config_file
@@ -82,16 +87,21 @@ def _use_config(ctx: click.Context, param: click.Parameter, value: str | None) -
         use_config_file(value)
 
 
+def config_option(function: F) -> F:
+    """``--config FILE``: on ``ragloop`` itself and on the commands that serve."""
+    return click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_use_config,
+        help="The config file (default: $RAGLOOP_CONFIG, else ./ragloop.toml if present).",
+    )(function)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ragloop", prog_name="ragloop")
-@click.option(
-    "--config",
-    type=click.Path(dir_okay=False),
-    default=None,
-    expose_value=False,
-    is_eager=True,
-    callback=_use_config,
-    help="The config file (default: $RAGLOOP_CONFIG, else ./ragloop.toml if present).",
-)
+@config_option
 def main() -> None:
     """ragloop: retrieval loops that notice a miss, try again, and show why."""

@@ -15,7 +15,7 @@ import click
 import platformdirs
 from rich.console import Console
 
-from ragloop.config import Settings, load_settings, use_config_file
+from ragloop.config import Settings, load_settings
 from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.observability.traces import traces_path_for
 from ragloop.retrieval.knowledge_base import KnowledgeBase
@@ -45,24 +45,6 @@ def settings() -> Settings:
         return load_settings()
     except ConfigError as error:
         raise InputError(f"config: {error}") from None
-
-
-def _use_config(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    if value is not None:
-        use_config_file(value)
-    return value
-
-
-def config_option(function: F) -> F:
-    return click.option(
-        "--config",
-        type=click.Path(path_type=Path, dir_okay=False),
-        default=None,
-        expose_value=False,
-        is_eager=True,
-        callback=_use_config,
-        help="The config file (default: $RAGLOOP_CONFIG, else ./ragloop.toml if present).",
-    )(function)
 
 
 def kb_option(function: F) -> F:

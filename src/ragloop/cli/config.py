@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 
-from ragloop.cli.common import config_option, settings
+from ragloop.cli import config_option
+from ragloop.cli.common import settings
 from ragloop.config import new_key
 
 

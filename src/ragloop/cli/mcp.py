@@ -6,7 +6,8 @@ from typing import Literal
 
 import click
 
-from ragloop.cli.common import config_option, errors, kb_option, open_kb, settings
+from ragloop.cli import config_option
+from ragloop.cli.common import errors, kb_option, open_kb, settings
 
 
 @click.command(name="mcp")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ragloop.cli.common import config_option, errors, kb_option, open_kb, settings
+from ragloop.cli import config_option
+from ragloop.cli.common import errors, kb_option, open_kb, settings
 
 
 def need_server_extra() -> None:

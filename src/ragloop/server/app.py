@@ -24,6 +24,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
 
 from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
@@ -90,6 +91,11 @@ def create_app(service: Service) -> FastAPI:
     async def denied(request: Request, error: AccessDenied) -> JSONResponse:
         return JSONResponse({"detail": error.message}, status_code=error.status)
 
+    @app.exception_handler(TimeoutError)
+    async def past_deadline(request: Request, error: TimeoutError) -> JSONResponse:
+        detail = "the run did not end within the server's deadline"
+        return JSONResponse({"detail": detail}, status_code=504)
+
     @app.exception_handler(RagloopError)
     async def bad_setting(request: Request, error: RagloopError) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=422)
@@ -97,7 +103,8 @@ def create_app(service: Service) -> FastAPI:
     _routes(app, service)
     openai_compat.add_routes(app, service)
     if mcp_app is not None:
-        app.mount("/mcp", mcp_app)
+        # the MCP app routes /mcp itself: it gets the request with its path as it came
+        app.router.routes.append(Route("/mcp", endpoint=mcp_app, name="mcp"))
     return app
 
 
