@@ -11,6 +11,7 @@ run's trace is stored either way.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import tempfile
@@ -211,7 +212,7 @@ def _routes(app: FastAPI, service: Service) -> None:
     async def add_documents(body: DocumentsRequest, caller: CallerDep) -> IngestResponse:
         """Add (or replace) documents given as text. Admin keys only."""
         caller.require_admin()
-        report = await _in_thread(
+        report = await asyncio.to_thread(
             lambda: service.kb.add_documents(body.documents, collection=body.collection)
         )
         return IngestResponse(**report.model_dump(exclude={"removed"}))
@@ -232,7 +233,9 @@ def _routes(app: FastAPI, service: Service) -> None:
                 path = Path(folder) / name
                 path.write_bytes(await upload.read())
                 paths.append(path)
-            report = await _in_thread(lambda: service.kb.ingest(paths, collection=collection))
+            report = await asyncio.to_thread(
+                lambda: service.kb.ingest(paths, collection=collection)
+            )
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
     @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
@@ -244,7 +247,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         """Delete a document by its source (every collection unless one is named). Admin keys
         only."""
         caller.require_admin()
-        removed = await _in_thread(lambda: service.kb.store.delete_document(source, collection))
+        removed = await asyncio.to_thread(lambda: service.kb.delete(source, collection=collection))
         return DeleteResponse(removed=removed)
 
 
@@ -339,12 +342,6 @@ async def _event_stream(events: AsyncGenerator[Any, None], summary: Any) -> Stre
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-async def _in_thread(work: Any) -> Any:
-    import asyncio
-
-    return await asyncio.to_thread(work)
 
 
 def _version() -> str:

@@ -17,7 +17,8 @@ without configured keys only this machine may connect.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -124,7 +125,7 @@ def build_mcp(service: Service) -> MCPServer:
         """Read one chunk by the id a search result or a citation gave: its full text, source
         and title."""
         who = caller(ctx)
-        return _hit(await _guard(_sync(lambda: service.fetch(who, id))))
+        return _hit(await _guard(asyncio.to_thread(service.fetch, who, id)))
 
     @server.tool(annotations=RUNS, structured_output=True)
     async def retrieve(question: str, ctx: Context) -> Evidence:
@@ -202,12 +203,6 @@ async def _guard(work: Awaitable[Any]) -> Any:
         return await work
     except AccessDenied as error:
         raise ToolError(error.message) from None
-
-
-async def _sync(work: Callable[[], Any]) -> Any:
-    import asyncio
-
-    return await asyncio.to_thread(work)
 
 
 def _version() -> str:

@@ -21,7 +21,7 @@ from typing import Any
 from ragloop.cli.common import traces_file
 from ragloop.config import Settings
 from ragloop.core.budget import Budget
-from ragloop.core.errors import ConfigError
+from ragloop.core.errors import ConfigError, TraceNotFound
 from ragloop.core.records import Chunk
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.observability.events import LoopEvent
@@ -174,8 +174,6 @@ class Service:
 
     def trace(self, caller: Caller, trace_id: str) -> TraceRecord:
         """A stored run, if the caller asked it (an admin reads every run)."""
-        from ragloop.core.errors import TraceNotFound
-
         try:
             record = self.traces.get(trace_id)
         except TraceNotFound:
