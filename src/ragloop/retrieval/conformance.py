@@ -121,6 +121,19 @@ class KnowledgeBaseConformance:
         assert kb.ingest(corpus, sync=True).removed == 1
         assert kb.store.sources("default") == sorted({*CORPUS, "kettles.md"} - {"billing.txt"})
 
+    def test_text_first_vectors_later(self, tmp_path: Path, corpus: Path) -> None:
+        kb = self.make_kb(tmp_path, HashEmbedder(128))
+        report = kb.ingest(corpus, vectors="later")
+        assert report.vectors_missing == kb.stats().vectors_missing == report.chunks_added
+        assert kb.search("Ridgeline tent", mode="bm25")[0].source == "camping/tents.md"
+        assert kb.search("Ridgeline tent", mode="dense") == []
+        assert kb.search("Ridgeline tent", mode="hybrid")[0].source == "camping/tents.md"
+        assert kb.embed() == report.chunks_added
+        assert kb.stats().vectors_missing == 0
+        assert kb.search("Ridgeline 2 tent weighs", mode="dense")
+        assert kb.ingest(corpus).unchanged == 4
+        kb.close()
+
     def test_chunk_ids_are_stable_across_reingest(self, kb: KnowledgeBase, corpus: Path) -> None:
         first = [c.id for c in kb.search("tent weight", mode="bm25")]
         (corpus / "billing.txt").write_text("Changed.\n")

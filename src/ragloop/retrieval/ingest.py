@@ -1,8 +1,10 @@
 """Finding and loading files for ingestion: every failure becomes a reason, never a crash.
 
 :func:`discover` walks the given files and folders (recursively, skipping hidden and VCS
-folders, not following symlinks out of a folder); :func:`load_file` reads, decodes and parses
-one file. Both report problems as ``(path, reason)`` pairs for the ingest report's ``skipped``.
+folders, not following symlinks out of a folder); :func:`read_file` reads one file and
+:func:`parse_file` decodes and parses it (:func:`load_file` does both), so an unchanged file is
+recognised by its :func:`fingerprint` (size and modification time) or its raw bytes' hash
+before any parsing. Problems become ``(path, reason)`` pairs for the report's ``skipped``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -47,10 +50,31 @@ class IngestReport(BaseModel):
     removed: int = 0
     skipped: list[tuple[str, str]] = Field(default_factory=list)
     chunks_added: int = 0
+    chunks_embedded: int = 0
+    vectors_missing: int = 0  # chunks still without a vector (``vectors="later"``)
 
     @property
     def documents(self) -> int:
         return self.added + self.updated + self.unchanged
+
+
+class IngestProgress(BaseModel):
+    """Where an ingest stands, given to ``on_progress`` after every file read and every
+    batch embedded. Text is read and stored first (``phase="reading"``: keyword search sees
+    each document as soon as it is stored), then the chunks without a vector are embedded
+    (``phase="embedding"``). ``rate`` is files or chunks per second in the current phase,
+    ``eta_s`` the seconds it still needs at that rate (None until there is a rate)."""
+
+    phase: Literal["reading", "embedding", "done"]
+    files_done: int = 0
+    files_total: int = 0
+    chunks_stored: int = 0
+    chunks_embedded: int = 0
+    chunks_to_embed: int = 0
+    source: str = ""
+    elapsed_s: float = 0.0
+    rate: float = 0.0
+    eta_s: float | None = None
 
 
 class SkipFile(Exception):
@@ -184,8 +208,8 @@ class LoadedFile:
     metadata: dict[str, object]
 
 
-def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> LoadedFile:
-    """Read, decode and parse one file, or raise :class:`SkipFile` with the reason."""
+def read_file(path: Path, *, max_bytes: int) -> bytes:
+    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable)."""
     try:
         size = path.stat().st_size
     except OSError as error:
@@ -197,13 +221,17 @@ def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> Loaded
     if size == 0:
         raise SkipFile("empty file")
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except PermissionError:
         raise SkipFile("permission denied") from None
     except OSError as error:
         raise SkipFile(f"cannot read: {error.strerror or error}") from None
+
+
+def parse_file(data: bytes, path: Path, *, encodings: Sequence[str]) -> LoadedFile:
+    """Decode and parse a file's bytes, or raise :class:`SkipFile` with the reason."""
     suffix = path.suffix.lower()
-    metadata: dict[str, object] = {"format": suffix.lstrip("."), "bytes": size}
+    metadata: dict[str, object] = {"format": suffix.lstrip("."), "bytes": len(data)}
     try:
         if suffix in BINARY_READERS:
             document = BINARY_READERS[suffix](data, path)
@@ -220,4 +248,23 @@ def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> Loaded
     if not any(block.text.strip() for block in document.blocks):
         raise SkipFile("no text found")
     metadata.update(document.metadata)
-    return LoadedFile(document, hashlib.sha256(data).hexdigest(), metadata)
+    return LoadedFile(document, raw_hash(data), metadata)
+
+
+def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> LoadedFile:
+    """Read, decode and parse one file, or raise :class:`SkipFile` with the reason."""
+    return parse_file(read_file(path, max_bytes=max_bytes), path, encodings=encodings)
+
+
+def raw_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprint(path: Path) -> dict[str, int] | None:
+    """What says a file is unchanged without reading it: its size and modification time
+    (None when it cannot be read: loading it then says why)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}

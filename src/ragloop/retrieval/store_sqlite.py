@@ -124,7 +124,7 @@ class _KeywordIndex:
 
 @dataclass
 class _DenseIndex:
-    generation: int
+    generation: str
     model_id: str
     pks: npt.NDArray[np.int64]
     collections: npt.NDArray[np.str_]
@@ -547,11 +547,70 @@ class SQLiteStore:
             if "readonly" not in str(error):  # a read-only file still answers queries
                 raise
 
+    def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (text hash, index text) of chunks that have no vector of
+        ``model_id``, each text once, in the order the chunks were stored."""
+        rows = self._conn().execute(
+            "SELECT c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id WHERE NOT EXISTS (SELECT 1 FROM vectors v "
+            "WHERE v.model_id = ? AND v.text_hash = c.text_hash) ORDER BY c.pk LIMIT ?",
+            (model_id, limit),
+        )
+        found: dict[str, str] = {}
+        for text_hash, title, heading_path, content in rows:
+            if text_hash not in found:
+                found[text_hash] = index_text(title, _parse_json(heading_path), content)
+        return list(found.items())
+
+    def count_missing_vectors(self, model_id: str) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT count(DISTINCT c.text_hash) FROM chunks c WHERE NOT EXISTS (SELECT 1 "
+                "FROM vectors v WHERE v.model_id = ? AND v.text_hash = c.text_hash)",
+                (model_id,),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    def add_vectors(self, model_id: str, vectors: dict[str, Sequence[float]]) -> None:
+        """Vectors of stored chunks (by text hash), in one transaction: dense search sees them
+        from the next query on, in this process and others."""
+        if not vectors:
+            return
+        conn = self._conn()
+        with self._lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
+                    [(model_id, h, _blob(v)) for h, v in vectors.items()],
+                )
+                # the dense index reloads; the keyword index, keyed by 'generation', does not
+                conn.execute(
+                    "INSERT INTO meta VALUES ('vectors', '1') "
+                    "ON CONFLICT (key) DO UPDATE SET value = value + 1"
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    def _dense_generation(self) -> str:
+        """Changes when chunks are written and when vectors are added."""
+        rows = dict(
+            self._conn()
+            .execute("SELECT key, value FROM meta WHERE key IN ('generation', 'vectors')")
+            .fetchall()
+        )
+        return f"{rows.get('generation', 0)}:{rows.get('vectors', 0)}"
+
     def _dense_index(self) -> _DenseIndex | None:
         model = self.embedding_model()
         if model is None:
             return None
-        generation = self._generation()
+        generation = self._dense_generation()
         index = self._dense
         if index is not None and index.generation == generation and index.model_id == model[0]:
             return index
