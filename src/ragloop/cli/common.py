@@ -15,9 +15,8 @@ import platformdirs
 from rich.console import Console
 
 from ragloop.core.errors import RagloopError
-from ragloop.observability.traces import traces_path_for
 from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, is_postgres_dsn
+from ragloop.retrieval.store import is_postgres_dsn
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,7 +51,9 @@ def open_kb(
     missing knowledge base is an error, never silently created."""
     location = location or default_kb_location()
     try:
-        if is_postgres_dsn(location):
+        if is_postgres_dsn(location):  # imported here: psycopg is slow to import
+            from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
+
             return PostgresKnowledgeBase(location, create=create, embedder=embedder)
         return KnowledgeBase(Path(location).expanduser(), create=create, embedder=embedder)
     except RagloopError as error:
@@ -63,6 +64,8 @@ def traces_file(location: str | None) -> Path:
     """Where ``ragloop ask`` stores the traces of a knowledge base: beside its file
     (``kb.sqlite`` -> ``kb.traces.sqlite``), or, for PostgreSQL, in the user data folder under
     a name derived from the URL without its password."""
+    from ragloop.observability.traces import traces_path_for
+
     location = location or default_kb_location()
     if not is_postgres_dsn(location):
         return traces_path_for(Path(location).expanduser())

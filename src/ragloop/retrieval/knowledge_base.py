@@ -24,9 +24,15 @@ from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import Chunk
 from ragloop.retrieval.chunking import ChunkingConfig
-from ragloop.retrieval.embedders import EmbedderUnavailable, default_embedder, embed_queries
+from ragloop.retrieval.embedders import (
+    EmbedderUnavailable,
+    default_embedder,
+    embed_queries,
+    recorded_embedder,
+)
 from ragloop.retrieval.embedders import get_embedder as load_embedder
 from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, cache_key
+from ragloop.retrieval.exact import exact_terms
 from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
 from ragloop.retrieval.ingest import (
     DEFAULT_ENCODINGS,
@@ -165,7 +171,7 @@ class KnowledgeBase:
                 embedder, reason = default_embedder()
                 return embedder, reason
             try:
-                return load_embedder(recorded[0]), ""
+                return recorded_embedder(*recorded), ""
             except EmbedderUnavailable as error:
                 return None, f"vectors were made by {recorded[0]}, not installed here: {error}"
             except ConfigError:
@@ -366,7 +372,11 @@ class KnowledgeBase:
             "dense": self.store.vector_search(vector, depth, scope),
         }
         return reciprocal_rank_fusion(
-            rankings, top_k=top_k, k=self.rrf_k, weights=self.fusion_weights
+            rankings,
+            top_k=top_k,
+            k=self.rrf_k,
+            weights=self.fusion_weights,
+            exact_terms=exact_terms(query),
         )
 
     async def asearch(self, query: str, **options: Any) -> list[Chunk]:

@@ -41,6 +41,11 @@ def index_text(title: str, heading_path: Sequence[str], text: str) -> str:
     return f"{header}\n{text}" if header else text
 
 
+def is_postgres_dsn(location: str) -> bool:
+    """Whether a ``--kb`` value names a PostgreSQL database rather than a file."""
+    return location.startswith(("postgresql://", "postgres://"))
+
+
 def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

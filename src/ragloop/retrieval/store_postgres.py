@@ -623,11 +623,6 @@ class PostgresKnowledgeBase(KnowledgeBase):
             raise
 
 
-def is_postgres_dsn(location: str) -> bool:
-    """Whether a ``--kb`` value names a PostgreSQL database rather than a file."""
-    return location.startswith(("postgresql://", "postgres://"))
-
-
 # -- helpers ---------------------------------------------------------------------------------------
 def _model(conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[str, int] | None:
     rows = dict(

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
 from ragloop.retrieval.bm25 import BM25Index, analyze, pack, term_frequencies, unpack
+from ragloop.retrieval.exact import exact_hits, exact_terms, term_patterns
 from ragloop.retrieval.fusion import fuse
 from ragloop.retrieval.store import (
     ChunkRecord,
@@ -460,19 +461,33 @@ class SQLiteStore:
     ) -> list[Chunk]:
         """Keyword and vector search fused by reciprocal rank fusion on row numbers, so only
         the ``top_k`` fused rows are read (the knowledge base's generic fusion reads every
-        row of both lists: ``2 * depth``)."""
+        row of both lists: ``2 * depth``). A query with exact terms
+        (:mod:`ragloop.retrieval.exact`) reads every candidate's text to rank those holding
+        them first."""
         rankings = {
             "bm25": [(pk, score) for pk, score, _ in self._keyword_hits(query, depth, scope)],
             "dense": self._vector_hits(vector, depth, scope),
         }
-        return self._chunks(fuse(rankings, top_k=top_k, k=k, weights=weights))
+        terms = exact_terms(query)
+        rows = None
+        exact = None
+        if terms:
+            rows = self._rows_by_pk(list({pk for r in rankings.values() for pk, _ in r}))
+            patterns = term_patterns(terms)
+            held = {pk: exact_hits(patterns, _index_text(row)) for pk, row in rows.items()}
+            exact = (held, len(terms))
+        return self._chunks(fuse(rankings, top_k=top_k, k=k, weights=weights, exact=exact), rows)
 
-    def _chunks(self, hits: Sequence[tuple[int, float, dict[str, float]]]) -> list[Chunk]:
+    def _chunks(
+        self,
+        hits: Sequence[tuple[int, float, dict[str, float]]],
+        rows: dict[int, tuple[Any, ...]] | None = None,
+    ) -> list[Chunk]:
         """The chunks of (row pk, score, signals), in order; each signal dict becomes the
-        chunk's ``metadata["scores"]``."""
+        chunk's ``metadata["scores"]``. ``rows`` holds rows read already."""
         if not hits:
             return []
-        by_pk = self._rows_by_pk([pk for pk, _, _ in hits])
+        by_pk = rows if rows is not None else self._rows_by_pk([pk for pk, _, _ in hits])
         out = []
         for pk, score, signals in hits:
             row = by_pk.get(pk)
@@ -791,6 +806,11 @@ def _to_chunk(row: Sequence[Any], score: float) -> Chunk:
     return Chunk.model_construct(
         content=content, source=source, score=score, metadata=metadata, id=chunk_id
     )
+
+
+def _index_text(row: Sequence[Any]) -> str:
+    """What keyword search indexed for a chunk row: title, headings, text."""
+    return index_text(row[8], _parse_json(row[4]), row[3])
 
 
 def _parse_json(text: str) -> Any:
