@@ -35,6 +35,11 @@ def offline_retrieval_loop(
       chunk names join the evidence right after it;
     - ``max_iterations=2``: on HotpotQA and MuSiQue a second hop helps, a third no longer does
       (BENCHMARKS.md);
+    - ``direct_first=True``: the question's own search ranks first; a hop (a link, the second
+      search) moves up a chunk that search found too, and adds the chunks only it found after
+      its results, so no hop that goes astray pushes the question's best chunks down (pydocs
+      questions: page@5 as one search's; HotpotQA: recall@5 of both gold passages up, see
+      BENCHMARKS.md);
     - ``top_k=20`` chunks per search: documents often span several chunks, and with 10 the
       first ten of the evidence held fewer distinct documents than one search's top ten
       (FiQA: recall@10 2.9 points below one-shot search; with 20, within noise);
@@ -46,7 +51,13 @@ def offline_retrieval_loop(
     retriever = kb.retriever() if isinstance(kb, KnowledgeBase) else kb
     if not isinstance(retriever, KnowledgeBaseRetriever):
         raise TypeError(f"kb must be a KnowledgeBase or its retriever, got {type(kb).__name__}")
-    settings = {"max_iterations": 2, "follow_links": 1, "top_k": 20, **config}
+    settings = {
+        "max_iterations": 2,
+        "follow_links": 1,
+        "top_k": 20,
+        "direct_first": True,
+        **config,
+    }
     return RetrievalLoop(
         retriever,
         config=RetrievalLoopConfig(**settings),
