@@ -31,7 +31,8 @@ def test_prints_the_seeds_table(kb_file):
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    head = out.splitlines()[:6]
+    what, *head = out.splitlines()[:7]
+    assert what.startswith("loop:         RetrievalLoop (offline")  # what ran, by its name
     assert head[0] == "query:        'how heavy is a tent?'"
     assert head[1] == "stop_reason:  max_iterations"
     assert re.fullmatch(r"budget_used:  tokens=\d+ wall_ms=\d+ iters=4", head[2])
@@ -59,7 +60,7 @@ def test_json_output_and_the_default_stop_rules(kb_file):
     data = json.loads(result.stdout)
     assert data["query"] == "how heavy is a tent?"
     assert data["stop_reason"] == "diminishing_returns"  # --min-new-chunks 2 by default
-    assert [it["query"] for it in data["iterations"]] == ["how heavy is a tent?", "tent weight"]
+    assert [it["query"] for it in data["trace"]] == ["how heavy is a tent?", "tent weight"]
     assert set(data["cache_stats"]) == {"hits", "misses", "rate"}
     assert data["chunks"]
     assert all({"id", "source", "score", "content"} <= set(c) for c in data["chunks"])
@@ -102,7 +103,7 @@ def test_demo_finds_priyas_pick_and_its_tent(tmp_path):
     result = ragloop("agent-loop", question, "--demo", "--json", env=env)
     assert result.returncode == 0, result.stderr
     run = json.loads(result.stdout)
-    assert len(run["iterations"]) >= 2  # later hops follow the names the first one found
+    assert run["iterations"] >= 2  # later hops follow the names the first one found
     sources = [c["source"] for c in run["chunks"]]
     assert set(sources[:2]) == {"staff/staff-picks.md", "products/skylark-2.md"}
     both = ragloop("agent-loop", question, "--demo", "--kb", str(tmp_path / "kb.sqlite"), env=env)

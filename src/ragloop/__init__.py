@@ -58,6 +58,7 @@ from ragloop.core.protocols import (
     Reformulator,
     Retriever,
     Router,
+    UnderstoodQueryLike,
 )
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -74,6 +75,7 @@ from ragloop.core.retrieval_records import (
     RefineContext,
     RetrievalIteration,
     RetrievalResult,
+    RouteDecision,
     UnderstoodQuery,
 )
 from ragloop.engines.agent import AgentLoop
@@ -97,7 +99,7 @@ from ragloop.retrieval.embedders import (
     get_embedder,
 )
 from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, SemanticEmbeddingCache
-from ragloop.retrieval.ingest import IngestReport
+from ragloop.retrieval.ingest import IngestInterrupted, IngestReport
 from ragloop.retrieval.knowledge_base import (
     DenseSearchUnavailable,
     Document,
@@ -152,6 +154,7 @@ __all__ = [
     "HeuristicEvaluator",
     "HeuristicReformulator",
     "HeuristicUnderstander",
+    "IngestInterrupted",
     "IngestReport",
     "KeywordRefiner",
     "KnowledgeBase",
@@ -198,6 +201,7 @@ __all__ = [
     "RetrievalResult",
     "RetrievalRouter",
     "Retriever",
+    "RouteDecision",
     "Router",
     "ScriptExhausted",
     "SemanticEmbeddingCache",
@@ -214,6 +218,7 @@ __all__ = [
     "TraceRecorder",
     "TraceStore",
     "UnderstoodQuery",
+    "UnderstoodQueryLike",
     "Usage",
     "__version__",
     "aground",

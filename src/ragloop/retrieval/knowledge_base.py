@@ -31,12 +31,13 @@ from ragloop.retrieval.embedders import (
     recorded_embedder,
 )
 from ragloop.retrieval.embedders import get_embedder as load_embedder
-from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, cache_key
+from ragloop.retrieval.embedding_cache import ExactEmbeddingCache
 from ragloop.retrieval.exact import exact_terms
 from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
 from ragloop.retrieval.ingest import (
     DEFAULT_ENCODINGS,
     DEFAULT_MAX_FILE_BYTES,
+    IngestInterrupted,
     IngestReport,
     discover,
     file_of,
@@ -60,7 +61,6 @@ from ragloop.retrieval.store import (
     Store,
     StoreError,
     StoreStats,
-    content_hash,
 )
 from ragloop.retrieval.store_memory import InMemoryStore
 from ragloop.retrieval.store_sqlite import SQLiteStore
@@ -274,6 +274,20 @@ class KnowledgeBase:
     ) -> None:
         if vectors not in ("now", "later"):
             raise ConfigError("vectors", f"must be 'now' or 'later', got {vectors!r}")
+        try:
+            self._ingest_items(items, total, collection, report, on_progress, vectors)
+        except KeyboardInterrupt:  # say what was saved: running again resumes from there
+            raise IngestInterrupted(report) from None
+
+    def _ingest_items(
+        self,
+        items: Iterable[Item],
+        total: int,
+        collection: str,
+        report: IngestReport,
+        on_progress: ProgressCallback | None,
+        vectors: VectorsWhen,
+    ) -> None:
         recorded = self.store.embedding_model()
         if self.embedder is None and recorded not in (None, NO_EMBEDDER):
             raise StoreError(
@@ -383,20 +397,16 @@ class KnowledgeBase:
         return await asyncio.to_thread(lambda: self.search(query, **options))
 
     def query_vector(self, query: str) -> list[float]:
-        """The query's embedding, from the cache when this query was embedded before."""
+        """The query's embedding, from the cache when this query was embedded before in this
+        process. The cache is in memory only: a search never writes to the knowledge base."""
         if self.embedder is None:
             raise DenseSearchUnavailable(self.dense_off_reason)
         model = self.embedder.model_id
         vector = self._query_vectors.lookup(model, query)
-        if vector is not None:
-            return vector
-        key = "query:" + content_hash(cache_key(query))
-        vector = self.store.cached_vectors(model, [key]).get(key)
         if vector is None:
             vector = embed_queries(self.embedder, [query])[0]
             check_vectors([vector], 1, self.embedder.dimension)
-            self.store.cache_vectors(model, {key: vector})
-        self._query_vectors.store(model, query, vector)
+            self._query_vectors.store(model, query, vector)
         return vector
 
     def retriever(
