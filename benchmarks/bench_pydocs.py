@@ -11,6 +11,10 @@ would: `ragloop ingest`, `ragloop kb embed`, `ragloop search`, each in its own p
 3. Search: latency in process, and `ragloop search` end to end (median of 5 processes, each a
    new question), split into interpreter start-up, imports, opening the knowledge base and the
    search.
+5. Loops against one search: page@5 of the first iteration of each offline loop (RAGLoop's
+   first retrieval, RetrievalLoop's first iteration and its whole evidence) against one hybrid
+   search, on the pydocs questions, and recall@5 of both gold passages on HotpotQA, with hops
+   ranked after the question's own results (``direct_first``, the default) and interleaved.
 4. Exact terms: a query set built from the corpus (each API documented on exactly one page,
    found by its Sphinx anchor, and each command-line option; the page is the gold), asked bare
    and in a question, and the pydocs questions; page@1 and page@5 for bm25, dense, hybrid
@@ -32,8 +36,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import pydocs
+from bench_retrieval import CACHE, DATASETS
 from bs4 import BeautifulSoup
 
+from ragloop import RAGLoop, RetrievalLoop
+from ragloop.core.records import Chunk
+from ragloop.evaluation.configurations import build_knowledge_base, ranked_passages
+from ragloop.evaluation.datasets import load_dataset
+from ragloop.evaluation.metrics import recall_all
 from ragloop.retrieval.chunking import chunk_document
 from ragloop.retrieval.embedders import MiniLMEmbedder, get_embedder
 from ragloop.retrieval.fusion import reciprocal_rank_fusion
@@ -333,6 +343,61 @@ def exact_section(corpus: Path, kb_path: Path) -> list[str]:
     ]
 
 
+def first_pages(chunks: list[Chunk]) -> list[str]:
+    return [c.source for c in chunks]
+
+
+def loops_section(kb_path: Path) -> list[str]:
+    questions = pydocs.questions()
+    rows = ["| loop, over the pydocs questions | page@5 | one search | worse | better |",
+            "|---|---|---|---|---|"]  # fmt: skip
+    with KnowledgeBase(kb_path) as kb:
+        plain = [pydocs.page_at(first_pages(kb.search(q.text, top_k=5)), q.gold_files, 5)
+                 for q in questions]  # fmt: skip
+        runs = {
+            "RetrievalLoop.offline, first iteration": lambda q: (
+                RetrievalLoop.offline(kb, max_iterations=1).run(q).chunks[:5]
+            ),
+            "RetrievalLoop.offline, whole evidence": lambda q: loop.run(q).chunks[:5],
+            "RAGLoop.offline, first iteration": lambda q: rag.run(q).trace[0].chunks[:5],
+        }
+        loop = RetrievalLoop.offline(kb)
+        rag = RAGLoop.offline(kb)
+        for name, first in runs.items():
+            got = [pydocs.page_at(first_pages(first(q.text)), q.gold_files, 5) for q in questions]
+            rows.append(
+                f"| {name} | {statistics.fmean(got):.3f} | {statistics.fmean(plain):.3f} | "
+                f"{sum(g < p for g, p in zip(got, plain, strict=True))} | "
+                f"{sum(g > p for g, p in zip(got, plain, strict=True))} |"
+            )
+    hotpot = load_dataset(DATASETS["HotpotQA"])
+    kb = build_knowledge_base(hotpot, CACHE / "hotpotqa-minilm.sqlite", embedder="minilm")
+    one = [recall_all(ranked_passages(kb.search(q.question, top_k=40)), q.gold, 5)
+           for q in hotpot.questions]  # fmt: skip
+    rows += ["", "| HotpotQA (500 questions) | recall@5 | one search | worse | better |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for name, direct_first in (("hops after the question's results (default)", True),
+                               ("hops interleaved", False)):  # fmt: skip
+        loop = RetrievalLoop.offline(kb, direct_first=direct_first)
+        got = [recall_all(ranked_passages(loop.run(q.question).chunks), q.gold, 5)
+               for q in hotpot.questions]  # fmt: skip
+        rows.append(
+            f"| RetrievalLoop.offline, {name} | {statistics.fmean(got):.3f} | "
+            f"{statistics.fmean(one):.3f} | {sum(g < p for g, p in zip(got, one, strict=True))} | "
+            f"{sum(g > p for g, p in zip(got, one, strict=True))} |"
+        )
+    kb.close()
+    return [
+        "### Loops against one search",
+        "",
+        "Page@5: a gold page among the first five chunks' pages (RAGLoop answers from five); "
+        "'worse' and 'better' count the questions where the loop's first five lose or gain a "
+        "gold page (HotpotQA: both gold passages) against one hybrid search.",
+        "",
+        *rows,
+    ]
+
+
 def run() -> str:
     corpus = pydocs.corpus()
     with tempfile.TemporaryDirectory() as folder:
@@ -342,6 +407,7 @@ def run() -> str:
             ingest_section(corpus, kb_path),
             search_section(kb_path),
             exact_section(corpus, kb_path),
+            loops_section(kb_path),
         ]
     return "\n".join(
         [

@@ -124,7 +124,7 @@ def run() -> str:
         "## MiniLM: sequence length and batch size",
         "",
         "Command: `python benchmarks/run.py slow_embedding_length` "
-        "(benchmarks/slow_embedding_length.py). Speed of the bare model on 400 chunks of the "
+        "(benchmarks/slow_embedding_length.py). Speed of the bare model on 200 chunks of the "
         "Python docs (median of 3 rounds, settings interleaved):",
         "",
         *speed_rows(),

@@ -10,8 +10,8 @@ words ranks as plain fusion.
 
 A word is an exact term when it is written as code: snake_case or a dotted, ``=``, ``::`` name
 (``os.path.join``, ``maxsize=None``), letters and digits run together (``E1234``, ``sha256``,
-``utf8``, not ``1990s`` or ``21st``), a capital after a lower-case letter (``getLogger``,
-``OrderedDict``, and names written so: ``McDonald``) or a command-line option
+``utf8``, not ``1990s``, ``21st`` or ``km2``), a capital after a lower-case letter
+(``getLogger``, ``OrderedDict``; not a name such as ``McBride``) or a command-line option
 (``--sort-keys``). A chunk contains it when its title,
 headings or text hold it case-insensitively and not as part of a longer name (``lru_cache`` is
 found in ``functools.lru_cache(maxsize=None)`` but not in ``lru_cache_info``).
@@ -31,11 +31,17 @@ _NUMBER_WORD = re.compile(r"\d+(?:'?s|st|nd|rd|th)", re.IGNORECASE)  # 1990s, 21
 _INNER_CAPITAL = re.compile(r"[a-z][A-Z]")
 _OPTION = re.compile(r"--?[A-Za-z][\w-]+")
 _ABBREVIATION = re.compile(r"(?:[A-Za-z]\.)+[A-Za-z]?")  # e.g, U.S.
+# names written with an inner capital (McBride, DiMartino, LaGuardia) and areas or volumes
+# (km2, m3): on HotpotQA, putting them first lost a comparison's other entity
+_SURNAME = re.compile(r"(?:Mc|Mac|O'|Di|Du|De|Da|La|Le|Van|Von|St)[A-Z][a-z]")
+_UNIT = re.compile(r"[a-z]{1,2}[23]")
 
 
 def is_code_word(word: str) -> bool:
     """Whether a word (edge punctuation already stripped) is written as code."""
-    if len(word) < 3 or _ABBREVIATION.fullmatch(word) or _NUMBER_WORD.fullmatch(word):
+    if len(word) < 3 or any(rule.fullmatch(word) for rule in (_ABBREVIATION, _NUMBER_WORD, _UNIT)):
+        return False
+    if _SURNAME.match(word) and not _SNAKE.search(word):
         return False
     return bool(
         _SNAKE.search(word)
