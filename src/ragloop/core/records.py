@@ -120,11 +120,22 @@ class Usage(BaseModel):
 
 
 class ModelResponse(BaseModel):
-    """What a chat model returns: text, tool calls, or both, and the usage when known."""
+    """What a chat model returns: text, tool calls, or both, and the usage when known.
+
+    ``finish_reason`` says why the reply ended, in OpenAI's words whatever the provider:
+    ``"stop"`` (the model finished), ``"length"`` (cut by the reply bound, ``max_tokens``),
+    ``"tool_calls"``, ``"content_filter"``; None when the model did not say.
+    """
 
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
+    finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """True when the reply was cut by its bound (``finish_reason == "length"``)."""
+        return self.finish_reason == "length"
 
 
 class StopReason(StrEnum):

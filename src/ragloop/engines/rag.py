@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from ragloop.components.text import normalize_query
-from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.budget import Budget, BudgetTracker, check_budget
 from ragloop.core.calls import (
     GenerateFn,
     call,
@@ -39,6 +39,7 @@ from ragloop.core.calls import (
     sync_calls_in_threads,
 )
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
+from ragloop.core.limits import LLMCall, collect_calls, with_llm_calls
 from ragloop.core.protocols import ChatModel, Evaluator, Generator, Reformulator, Retriever
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -105,8 +106,7 @@ class LoopConfig:
             raise ConfigError("on_iteration", "must be callable or None")
         if isinstance(self.budget, dict):
             self.budget = Budget(**self.budget)
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {self.budget!r}")
+        check_budget(self.budget)
         if self.on_error not in ("raise", "stop"):
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
         if not isinstance(self.stop_on_repeat, bool):
@@ -199,8 +199,7 @@ class RAGLoop:
 
     async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> LoopResult:
         check_query(query)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         telemetry = RunTelemetry("rag", span_kind="CHAIN")
         run = _Run(self, query, telemetry, self.config.budget if budget is None else budget)
         started = telemetry.active(
@@ -212,7 +211,7 @@ class RAGLoop:
             content={"question": query},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            return await run.execute()
+            return await with_llm_calls(run.execute())
 
 
 class _RepeatStop(Exception):
@@ -240,12 +239,15 @@ class _Run:
         queries = [self.query]
         made_by: ReformulationOutput | None = None
         reformulate_ms: float | None = None
+        reformulate_calls: list[LLMCall] = []
         last = self.config.max_iterations
         for number in range(1, last + 1):
             try:
                 self.tracker.check(starting_iteration=True)
                 self.tracker.count_iteration()
-                it = await self._iteration(number, queries, made_by, reformulate_ms)
+                with collect_calls() as made_calls:
+                    it = await self._iteration(number, queries, made_by, reformulate_ms)
+                it.llm_calls = [*reformulate_calls, *made_calls]
                 self.history.append(it)
                 self._iteration_event(it)
                 verdict = await self._notify(it)
@@ -259,7 +261,8 @@ class _Run:
                     break
                 self.tracker.check(starting_iteration=True)  # no reformulation we cannot use
                 started = time.perf_counter()
-                made_by = await self._step("reformulate", self._reformulate)
+                with collect_calls() as reformulate_calls:
+                    made_by = await self._step("reformulate", self._reformulate)
                 reformulate_ms = _ms_since(started)
                 queries = made_by.queries[: self.config.max_sub_queries]
             except BudgetExceeded as stop:

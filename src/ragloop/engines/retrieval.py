@@ -30,9 +30,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
-from ragloop.core.budget import Budget
+from ragloop.core.budget import Budget, check_budget
 from ragloop.core.calls import GenerateFn, has_method, run_sync, sync_calls_in_threads
 from ragloop.core.errors import ConfigError, check_query
+from ragloop.core.limits import with_llm_calls
 from ragloop.core.protocols import (
     ChatModel,
     CostEstimator,
@@ -113,8 +114,7 @@ class RetrievalLoopConfig:
                 raise ConfigError(flag, "must be True or False")
         if self.on_error not in ("raise", "stop"):
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {self.budget!r}")
+        check_budget(self.budget)
 
 
 class RetrievalLoopOptions(TypedDict, total=False):
@@ -260,8 +260,7 @@ class RetrievalLoop:
         in_threads: bool,
     ) -> RetrievalResult:
         check_query(query)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         budget = self.config.budget if budget is None else budget
         for name, fn in (("refine_query", refine_query), ("should_continue", should_continue)):
             if fn is not None and not callable(fn):
@@ -290,4 +289,4 @@ class RetrievalLoop:
                     max_iterations=cfg.max_iterations, allow_route_switch=cfg.allow_route_switch
                 )
             )
-            return await run.execute()
+            return await with_llm_calls(run.execute())
