@@ -23,6 +23,8 @@ def stats(kb_location: str | None, as_json: bool) -> None:
     kb = open_kb(kb_location, create=False)
     try:
         info = kb.stats()
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
     finally:
         kb.close()
     if as_json:
@@ -65,6 +67,8 @@ def delete(source: str, kb_location: str | None, collection: str | None) -> None
     kb = open_kb(kb_location, create=False)
     try:
         removed = kb.delete(source, collection=collection)
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
     finally:
         kb.close()
     if not removed:

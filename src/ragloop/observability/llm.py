@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 from ragloop.core import calls
+from ragloop.core.budget import model_call
 from ragloop.core.calls import ChatFn, GenerateFn
 from ragloop.core.limits import LLMCall, PromptFit, default_max_tokens, record_call, reply_bound
 from ragloop.core.protocols import ChatModel
@@ -150,12 +151,16 @@ async def _streamed(model: Any, messages: list[Message], role: str) -> ModelResp
     run = current_run()
     answer = JsonStringField("answer") if role == "generator" else None
     pieces: list[str] = []
-    stream = cast(AsyncIterator[str], model.astream(messages))
-    async for piece in stream:
-        pieces.append(piece)
-        delta = answer.feed(piece) if answer is not None else piece
-        if delta and run is not None:
-            run.event(EventKind.ANSWER_DELTA, attributes={"role": role}, content={"delta": delta})
+    name, _ = model_identity(model)
+    async with model_call(model, f"model {name!r}"):  # admitted by the run's budget, as any call
+        stream = cast(AsyncIterator[str], model.astream(messages))
+        async for piece in stream:
+            pieces.append(piece)
+            delta = answer.feed(piece) if answer is not None else piece
+            if delta and run is not None:
+                run.event(
+                    EventKind.ANSWER_DELTA, attributes={"role": role}, content={"delta": delta}
+                )
     return ModelResponse(text="".join(pieces))
 
 

@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
+from ragloop.core.redaction import redact_all
 from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
 from ragloop.observability.settings import trace_content_enabled
 
@@ -261,7 +262,7 @@ class TraceRecorder:
         self, store: TraceStore | None = None, *, meta: Mapping[str, Any] | None = None
     ) -> None:
         self.store = store
-        self.meta = dict(meta or {})
+        self.meta = redact_all(dict(meta or {}))  # a model given as a URL may carry a key
         self.records: dict[str, TraceRecord] = {}
         self._events: dict[str, list[LoopEvent]] = {}
         self._meta: dict[str, Mapping[str, Any]] = {}  # root run id -> its trace_meta

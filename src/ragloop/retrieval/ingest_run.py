@@ -1,15 +1,17 @@
 """One ingest: the text is stored first, the vectors are filled in after.
 
 Phase one reads, chunks and stores each document, with its title links: keyword search finds a
-document as soon as it is stored. A file is read only when its size or modification time
-changed, and parsed only when the hash of its bytes changed. Phase two embeds the chunks that
-have no vector yet, a window at a time, sorted by length (less padding in a batch), each batch
-committed: an interrupted run loses at most one batch and the next run (``kb.embed()``,
-``ragloop kb embed``) goes on where it stopped. Hybrid search uses the vectors there are.
+document as soon as it is stored. A file is read only when its size or times (modification,
+status change) changed, and parsed only when the hash of its bytes changed. Phase two embeds
+the chunks that have no vector yet, a window at a time, sorted by length (less padding in a
+batch), each batch committed: an interrupted run loses at most one batch and the next run
+(``kb.embed()``, ``ragloop kb embed``) goes on where it stopped. Hybrid search uses the
+vectors there are.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,10 +27,13 @@ from ragloop.retrieval.ingest import (
     SkipFile,
     fingerprint,
     parse_file,
+    printable,
     raw_hash,
     read_file,
+    storable,
+    storable_document,
 )
-from ragloop.retrieval.links import NameIndex, reverse_links
+from ragloop.retrieval.links import NameIndex, canonical, document_names, reverse_links
 from ragloop.retrieval.readers import ParsedDocument
 from ragloop.retrieval.store import (
     ChunkRecord,
@@ -40,6 +45,8 @@ from ragloop.retrieval.store import (
     index_text,
 )
 
+logger = logging.getLogger("ragloop")
+
 ProgressCallback = Callable[[IngestProgress], None]
 WRITE_BATCH = 256  # chunks read before they are written (a transaction per document)
 EMBED_WINDOW = 1024  # chunks without a vector fetched at once, then sorted by length
@@ -47,7 +54,7 @@ EMBED_BATCH = 64  # chunks embedded, stored and reported together
 
 
 class Item(Protocol):
-    """One document to ingest. ``fingerprint`` (a file's size and modification time) says it
+    """One document to ingest. ``fingerprint`` (a file's size and times) says it
     is unchanged without reading it; ``read()`` returns the hash of its raw content;
     ``parse()`` its blocks and metadata. Both raise :class:`SkipFile` with a reason."""
 
@@ -77,7 +84,7 @@ class FileItem:
 
     @property
     def shown(self) -> str:
-        return str(self.path)
+        return printable(self.path)
 
     def read(self) -> str:
         self.data = read_file(self.path, max_bytes=self.max_bytes)
@@ -99,7 +106,7 @@ class TextItem:
 
     @property
     def shown(self) -> str:
-        return self.source
+        return printable(self.source)
 
     def read(self) -> str:
         return self.digest
@@ -148,7 +155,7 @@ class _Prepared:
 
 
 def unchanged_by_fingerprint(stored: DocumentRecord, item: Item, signature: str) -> bool:
-    """The file has the size, modification time and folder it had when it was stored, and the
+    """The file has the size, times and folder it had when it was stored, and the
     pipeline is the same: no need to read it."""
     if item.fingerprint is None or not stored.content_hash.endswith(f":{signature}"):
         return False
@@ -179,6 +186,8 @@ def store_text(
             report.unchanged += 1
             continue
         try:
+            if storable(item.source) != item.source:
+                raise SkipFile("the name is not valid UTF-8")
             doc_hash = f"{item.read()}:{signature}"
             if (
                 stored is not None
@@ -191,17 +200,24 @@ def store_text(
                 report.unchanged += 1
                 continue
             parsed, metadata = item.parse()
+            replaced = stored is not None
+            if stored is None and "root" in metadata:  # stored by its absolute path before
+                legacy = str(Path(str(metadata["root"])) / item.source)
+                if legacy in known:
+                    store.delete_document(legacy, collection)
+                    replaced = True
+            parsed, metadata = storable_document(parsed), storable(metadata)
+            record = DocumentRecord(collection, item.source, parsed.title, doc_hash, metadata)
+            prepared = _prepare(record, parsed, chunking, replaced)
         except SkipFile as reason:
             report.skipped.append((item.shown, str(reason)))
             continue
-        replaced = stored is not None
-        if stored is None and "root" in metadata:  # stored by its absolute path before
-            legacy = str(Path(str(metadata["root"])) / item.source)
-            if legacy in known:
-                store.delete_document(legacy, collection)
-                replaced = True
-        record = DocumentRecord(collection, item.source, parsed.title, doc_hash, metadata)
-        prepared = _prepare(record, parsed, chunking, replaced)
+        except StoreError:
+            raise
+        except Exception as error:  # one document's surprise never costs the others
+            logger.warning("could not ingest %s", item.shown, exc_info=True)
+            report.skipped.append((item.shown, f"{type(error).__name__}: {error}"))
+            continue
         if not prepared.chunks:  # a heading and nothing under it: nothing to search
             report.skipped.append((item.shown, "no text to index beyond its headings"))
             if stored is not None:  # its earlier version no longer stands
@@ -221,7 +237,6 @@ def _prepare(
     drafts = chunk_document(parsed, chunking)
     doc_key = f"{doc.collection}\0{doc.source}"
     chunks: list[ChunkRecord] = []
-    names: list[tuple[str, str, str]] = []
     occurrences: dict[str, int] = {}
     for draft in drafts:
         seen = occurrences.get(draft.text, 0)
@@ -238,10 +253,8 @@ def _prepare(
             metadata=draft.meta,
         )
         chunks.append(record)
-        if draft.heading_path:
-            names.append((draft.heading_path[-1], record.id, doc_key))
-    if chunks:
-        names.insert(0, (doc.title, chunks[0].id, doc_key))
+    targets = document_names(doc.title, ((c.id, c.heading_path) for c in chunks))
+    names = [(name, target, doc_key) for name, target in targets]
     return _Prepared(doc, chunks, names, replaced)
 
 
@@ -264,10 +277,11 @@ def _write(
         doc_key = f"{prepared.doc.collection}\0{prepared.doc.source}"
         links: list[Link] = []
         if names is not None:
+            names.discard(doc_key)  # a replaced document's names pointed at its old chunks
             for chunk in prepared.chunks:
                 for target, mention in names.mentions(chunk.content, doc_key):
                     links.append(Link(chunk.id, target, mention))
-            links.extend(reverse_links(store, prepared.names, set()))
+            links = canonical([*links, *reverse_links(store, prepared.names)])
         store.replace_document(prepared.doc, prepared.chunks, links)
         if names is not None:
             for name, target, key in prepared.names:

@@ -41,6 +41,7 @@ from ragloop.retrieval.ingest import (
     IngestReport,
     discover,
     file_of,
+    printable,
     source_of,
 )
 from ragloop.retrieval.ingest_run import (
@@ -70,7 +71,7 @@ logger = logging.getLogger("ragloop")
 SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 VectorsWhen = Literal["now", "later"]
-_PIPELINE_VERSION = "2"  # bumped when readers or chunking change: re-ingest re-reads every file
+_PIPELINE_VERSION = "3"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
 
@@ -199,10 +200,13 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Ingest files and folders into ``collection``. The text of every file is stored
         first (keyword search finds it at once), then the chunks are embedded; with
-        ``vectors="later"`` they are left for :meth:`embed`. A file whose size and
-        modification time are unchanged is not read, one whose bytes are unchanged is not
-        parsed; a changed file replaces its chunks in one transaction. With ``sync=True``,
-        documents of the collection under the given folders whose files are gone are removed.
+        ``vectors="later"`` they are left for :meth:`embed`. A file whose size and times
+        (modification, status change) are unchanged is not read, one whose bytes are unchanged
+        is not parsed; a changed file replaces its chunks in one transaction. A file or folder
+        that cannot be read or parsed is reported in ``skipped`` with the reason, and the rest
+        is ingested. With ``sync=True``, documents of the collection under the given folders
+        whose files are gone are removed (never those under a folder, or of a file, that could
+        not be read).
 
         A document's source is its path relative to the folder given (``library/os.html``), or
         the file's name for a file given by itself; the folder is kept in the document's
@@ -211,8 +215,9 @@ class KnowledgeBase:
         :class:`~ragloop.retrieval.ingest.IngestProgress` after every file and every batch."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
-        found, skipped, roots = discover(list(paths))
-        report = IngestReport(skipped=list(skipped))
+        discovery = discover(list(paths))
+        found, roots = discovery.found, discovery.roots
+        report = IngestReport(skipped=list(discovery.skipped))
         seen: dict[str, Path] = {}
 
         def items() -> Iterable[Item]:
@@ -220,7 +225,7 @@ class KnowledgeBase:
                 source, root = source_of(candidate)
                 if source in seen:
                     report.skipped.append(
-                        (str(candidate.path), f"same source {source!r} as {seen[source]}")
+                        (printable(candidate.path), f"same source {source!r} as {seen[source]}")
                     )
                     continue
                 seen[source] = candidate.path
@@ -230,7 +235,7 @@ class KnowledgeBase:
         if sync:
             walked = {str(root) for root in roots}
             for doc in self.store.documents(collection):
-                if doc.source in seen:
+                if doc.source in seen or not discovery.may_remove(str(file_of(doc))):
                     continue
                 root = doc.metadata.get("root")
                 legacy = root is None and any(Path(doc.source).is_relative_to(r) for r in roots)
@@ -255,7 +260,8 @@ class KnowledgeBase:
                 if not document.text.strip():
                     report.skipped.append((document.source, "empty document"))
                     continue
-                digest = hashlib.sha256(f"{document.title}\0{document.text}".encode()).hexdigest()
+                text = f"{document.title}\0{document.text}".encode("utf-8", "surrogatepass")
+                digest = hashlib.sha256(text).hexdigest()
                 yield TextItem(
                     document.source, digest, partial(_parse_text, document), document.metadata
                 )
