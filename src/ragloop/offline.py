@@ -28,7 +28,7 @@ from ragloop.engines.agent_options import AgentLoopOptions, SearchFn
 from ragloop.engines.rag import LoopConfig, RAGLoop, RAGLoopOptions
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.offline_retrieval import offline_retrieval_loop
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever, SearchMode
 
 
 def _retriever(source: Any) -> Retriever:
@@ -175,8 +175,18 @@ def agent_loop(source: Any, **options: Unpack[AgentLoopOptions]) -> AgentLoop:
         search = source.retriever().search if model is not None else LinkedSearch(source)
     else:
         search = _retriever(source)
-    controller = model if model is not None else OfflineController(corpus=Corpus.of(source))
+    controller = model if model is not None else OfflineController(corpus=_scoped(source, settings))
     return AgentLoop(controller, search, **settings)
+
+
+def _scoped(source: Any, settings: dict[str, Any]) -> Corpus:
+    """The offline controller's corpus: only the collections the loop may search, so its
+    queries never carry a word found only in another collection."""
+    collections = settings.get("collections")
+    if collections is None or not isinstance(source, KnowledgeBase):
+        return Corpus.of(source)
+    mode: SearchMode = "hybrid" if source.embedder is not None else "bm25"
+    return Corpus.of(source.retriever(collection=collections, mode=mode))
 
 
 # -- RetrievalLoop, answered ------------------------------------------------------------------

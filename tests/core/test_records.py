@@ -48,6 +48,7 @@ def test_stop_reason_values_are_the_documented_lower_case_strings():
         "diminishing_returns",
         "no_improvement",
         "caller_stop",
+        "cancelled",
         "no_new_queries",
         "budget_tokens",
         "budget_dollars",

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -25,7 +26,6 @@ from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
-from ragloop.observability.events import listen
 from ragloop.observability.settings import set_trace_content, trace_content_configured
 from ragloop.observability.traces import TraceRecorder, TraceStore, summarize
 from ragloop.offline import ENGINES
@@ -69,16 +69,22 @@ def show_heading(text: str, n: int, total: int, *, demo: bool) -> None:
 def run_one(
     loop: Any, question: str, *, quiet: bool, recorder: TraceRecorder
 ) -> tuple[Result, str | None]:
-    """Run the loop on one question; print its steps live unless ``quiet``."""
+    """Run the loop on one question; print its steps live unless ``quiet``: the live view
+    reads the run's event stream (``astream``), as the HTTP stream and the web page do."""
     before = set(recorder.records)
     if quiet:
         result: Result = loop.run(question)
     else:
-        with (
-            console.status("retrieving…") as status,
-            listen(LiveSteps(console, on_step=lambda: status.update("next iteration…"))),
-        ):
-            result = loop.run(question)
+        with console.status("retrieving…") as status:
+            live = LiveSteps(console, on_status=status.update)
+
+            async def watch() -> Result:
+                stream = loop.astream(question)
+                async for event in stream:
+                    live(event)
+                return cast(Result, stream.result)
+
+            result = asyncio.run(watch())
     new = [rid for rid in recorder.records if rid not in before]
     return result, new[-1] if new else None
 

@@ -105,14 +105,20 @@ def render_answer(
 
 
 class LiveSteps:
-    """An event listener that prints each step of the run being watched as it finishes."""
+    """Prints each step of the run being watched as it finishes, reading the run's events;
+    ``on_status`` is told what the run is doing meanwhile (searching, answering, judging)."""
 
-    def __init__(self, console: Console, *, on_step: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, console: Console, *, on_status: Callable[[str], object] | None = None
+    ) -> None:
         self.console = console
         self.events: dict[str, list[LoopEvent]] = {}
-        self.on_step = on_step
+        self.on_status = on_status
 
     def __call__(self, event: LoopEvent) -> None:
+        status = live_status(event)
+        if status is not None and self.on_status is not None:
+            self.on_status(status)
         events = self.events.setdefault(event.run_id, [])
         events.append(event)
         if event.kind is not EventKind.ITERATION or event.iteration is None:
@@ -121,8 +127,23 @@ class LiveSteps:
         steps = trace_steps(record)
         if steps:
             self.console.print(render_step(steps[-1], event.engine))
-            if self.on_step is not None:
-                self.on_step()
+
+
+def live_status(event: LoopEvent) -> str | None:
+    """A few words on what the run is doing after ``event``, or None to keep the last ones."""
+    a = event.attributes
+    if event.kind is EventKind.SEARCH:
+        found = len(a.get("chunks") or [])
+        return f"searched {shorten(str(a.get('query', '')), 60)!r}: {found} chunk(s)…"
+    if event.kind is EventKind.ANSWER and not a.get("final"):
+        return "judging the answer…"
+    if event.kind is EventKind.EVALUATION:
+        return f"score {a.get('score', 0.0):.2f}…"
+    if event.kind is EventKind.REFORMULATION:
+        return f"reformulating ({a.get('strategy')})…"
+    if event.kind is EventKind.ITERATION:
+        return "next iteration…"
+    return None
 
 
 def print_trace(console: Console, record: TraceRecord) -> None:

@@ -141,9 +141,10 @@ class ModelResponse(BaseModel):
 class StopReason(StrEnum):
     """Why a run ended. One enum for every engine; values are lower-case strings.
 
-    ``caller_stop`` is the caller's doing (a callback said stop); ``no_new_queries`` the loop's
-    own refiner had nothing new to search. :attr:`outcome` groups the reasons by what they mean
-    for the user, for displays that colour them.
+    ``caller_stop`` is the caller's doing (a callback said stop), and so is ``cancelled`` (the
+    task running it was cancelled, or the reader of its stream stopped); ``no_new_queries`` the
+    loop's own refiner had nothing new to search. :attr:`outcome` groups the reasons by what
+    they mean for the user, for displays that colour them.
     """
 
     CONVERGED = "converged"
@@ -155,6 +156,7 @@ class StopReason(StrEnum):
     DIMINISHING_RETURNS = "diminishing_returns"
     NO_IMPROVEMENT = "no_improvement"
     CALLER_STOP = "caller_stop"
+    CANCELLED = "cancelled"
     NO_NEW_QUERIES = "no_new_queries"
     BUDGET_TOKENS = "budget_tokens"
     BUDGET_DOLLARS = "budget_dollars"
@@ -170,7 +172,8 @@ class StopReason(StrEnum):
     def outcome(self) -> str:
         """What the stop means: ``success`` (converged, answered, approved), ``settled`` (the
         evidence stopped growing or improving, or nothing new was left to search), ``limit``
-        (the iterations ran out), ``budget``, ``caller`` (a callback stopped it), ``gave_up``
+        (the iterations ran out), ``budget``, ``caller`` (a callback stopped it, or it was
+        cancelled), ``gave_up``
         or ``error``."""
         return _OUTCOMES.get(self, "budget" if self.is_budget else self.value)
 
@@ -184,4 +187,5 @@ _OUTCOMES = {
     StopReason.NO_NEW_QUERIES: "settled",
     StopReason.MAX_ITERATIONS: "limit",
     StopReason.CALLER_STOP: "caller",
+    StopReason.CANCELLED: "caller",
 }

@@ -37,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
+from ragloop.components.citations import citation_refs
 from ragloop.components.fitting import complete_fitted
 from ragloop.components.prompts import agent_answer_prompt, agent_synthesis_prompt
 from ragloop.core.agent_records import AgentResult, ToolHistoryEntry
@@ -78,6 +79,7 @@ from ragloop.engines.tools import (
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
+from ragloop.observability.stream import RunStream, stream_run
 
 logger = logging.getLogger("ragloop")
 
@@ -240,6 +242,13 @@ class AgentLoop:
         turn run concurrently."""
         return await self._run(renamed_question(query, question), budget, in_threads=True)
 
+    def astream(self, query: str, *, budget: Budget | None = None) -> RunStream[AgentResult]:
+        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
+        each search and the chunks it returned, each tool call and controller turn, the answer,
+        then ``run_finished``; the result is the stream's ``result``. Closing the stream early
+        cancels the run. See ``docs/streaming.md``."""
+        return stream_run(lambda: self._run(query, budget, in_threads=True))
+
     async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> AgentResult:
         check_query(query)
         check_budget(budget)
@@ -305,12 +314,21 @@ class _AgentRun:
         self.rank: dict[str, tuple[int, int]] = {}  # id -> (best rank, discovery order)
         self.discovered = 0
         self.shown: dict[str, Chunk] = {}  # every chunk shown, first-shown order
+        self.turn = 0  # the turn in progress
 
     async def execute(self) -> AgentResult:
         reason = await self._turns()
         if self.loop.fallback_synthesis and self.found and self._may_synthesize(reason):
             await self._synthesize()
         chunks = sorted(self.found.values(), key=lambda c: self.rank[c.id])
+        citations = citation_refs(self.answer, [*self.shown.values(), *chunks])
+        if self.answer:
+            self.telemetry.event(
+                EventKind.ANSWER,
+                iteration=self.turn,
+                attributes={"citations": citations, "final": True},
+                content={"text": self.answer},
+            )
         result = AgentResult(
             query=self.question,
             answer=self.answer,
@@ -331,6 +349,7 @@ class _AgentRun:
             budget_used=result.budget_used,
             chunk_count=len(chunks),
             error=self.error,
+            attributes={"citations": citations},
             content={"answer": self.answer},
         )
         return result
@@ -345,6 +364,7 @@ class _AgentRun:
             if spent is not None:
                 return spent
             turn = self.iterations
+            self.turn = turn
             self.iterations += 1
             self.tracker.count_iteration()
             try:
@@ -354,6 +374,7 @@ class _AgentRun:
             except BudgetExceeded as stop:
                 return stop.reason
             except Exception as error:
+                self.telemetry.failed(error)
                 self.error = f"controller failed in turn {turn}: {type(error).__name__}: {error}"
                 self._turn_event(turn, None)
                 return StopReason.ERROR
@@ -474,6 +495,17 @@ class _AgentRun:
         ) as span:
             chunks = await self.loop.backend(request)
             span.set(otel.retrieved(chunks))
+        self.telemetry.event(
+            EventKind.SEARCH,
+            iteration=self.turn,
+            attributes={
+                "top_k": request.limit,
+                "route": None,
+                "collection": request.target.label,
+                "chunks": chunk_refs(chunks),
+            },
+            content={"query": request.query},
+        )
         return chunks
 
     async def _custom(self, step: _Step) -> str:
@@ -543,7 +575,9 @@ class _AgentRun:
                 self._complete(answerer, [*self.messages, prompt], None, "answerer")
             )
         except Exception as error:
-            logger.warning("answerer failed; the controller's draft stands: %s", error)
+            logger.warning(
+                "answerer failed; the controller's draft stands: %s", otel.public_error(error)
+            )
             return
         if response.text.strip():
             self.answer = response.text
@@ -578,6 +612,7 @@ class _AgentRun:
             if not isinstance(text, str):
                 raise ComponentError(f"synthesizer returned {type(text).__name__}; expected str")
         except Exception as error:
+            self.telemetry.failed(error)
             self._note(f"fallback synthesis failed: {type(error).__name__}: {error}")
             return
         if not text.strip():

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
+from ragloop.components.citations import citation_refs
 from ragloop.components.text import normalize_query
 from ragloop.core.budget import Budget, BudgetTracker, check_budget
 from ragloop.core.calls import (
@@ -52,6 +53,7 @@ from ragloop.core.records import Chunk, StopReason, Usage
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
+from ragloop.observability.stream import RunStream, stream_run
 
 T = TypeVar("T")
 OnIteration = Callable[[LoopIteration], Any]
@@ -197,6 +199,13 @@ class RAGLoop:
         """Async :meth:`run`: sync components run in worker threads, sub-queries concurrently."""
         return await self._run(query, budget, in_threads=True)
 
+    def astream(self, query: str, *, budget: Budget | None = None) -> RunStream[LoopResult]:
+        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
+        each search and the chunks it returned, each answer, evaluation, reformulation and
+        iteration, then ``run_finished``; the result is the stream's ``result``. Closing the
+        stream early cancels the run. See ``docs/streaming.md``."""
+        return stream_run(lambda: self._run(query, budget, in_threads=True))
+
     async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> LoopResult:
         check_query(query)
         check_budget(budget)
@@ -234,6 +243,7 @@ class _Run:
         self.cache: dict[str, list[Chunk]] = {}
         self.chunk_sets: list[frozenset[str]] = []
         self.step = "retrieve"
+        self.number = 0  # the iteration in progress
 
     async def execute(self) -> LoopResult:
         queries = [self.query]
@@ -245,6 +255,7 @@ class _Run:
             try:
                 self.tracker.check(starting_iteration=True)
                 self.tracker.count_iteration()
+                self.number = number
                 with collect_calls() as made_calls:
                     it = await self._iteration(number, queries, made_by, reformulate_ms)
                 it.llm_calls = [*reformulate_calls, *made_calls]
@@ -264,6 +275,7 @@ class _Run:
                 with collect_calls() as reformulate_calls:
                     made_by = await self._step("reformulate", self._reformulate)
                 reformulate_ms = _ms_since(started)
+                self._reformulation_event(number, made_by)
                 queries = made_by.queries[: self.config.max_sub_queries]
             except BudgetExceeded as stop:
                 return self._finish(stop.reason)
@@ -275,6 +287,7 @@ class _Run:
                     error.add_note(f"ragloop: raised by the {role} in iteration {number}")
                     raise
                 message = f"{role} failed in iteration {number}: {type(error).__name__}: {error}"
+                self.telemetry.failed(error)
                 return self._finish(StopReason.ERROR, error=message)
         return self._finish(StopReason.MAX_ITERATIONS)
 
@@ -300,9 +313,29 @@ class _Run:
         started = time.perf_counter()
         generated = await self._step("generate", lambda: self._generate(chunks))
         timings["generate"] = _ms_since(started)
+        self.telemetry.event(
+            EventKind.ANSWER,
+            iteration=number,
+            attributes={
+                "confidence": generated.confidence,
+                "citations": citation_refs(generated.answer, chunks),
+                "final": False,
+            },
+            content={"text": generated.answer},
+        )
         started = time.perf_counter()
         evaluation = await self._step("evaluate", lambda: self._evaluate(chunks, generated.answer))
         timings["evaluate"] = _ms_since(started)
+        self.telemetry.event(
+            EventKind.EVALUATION,
+            iteration=number,
+            attributes={
+                "score": evaluation.score,
+                "is_grounded": evaluation.is_grounded,
+                "is_complete": evaluation.is_complete,
+            },
+            content={"reason": evaluation.reason},
+        )
 
         truncated = made_by is not None and len(made_by.queries) > len(queries)
         reasoning = made_by.reasoning if made_by else None
@@ -373,6 +406,16 @@ class _Run:
                         "expected ragloop.Chunk"
                     )
             span.set(otel.retrieved(found))
+        self.telemetry.event(
+            EventKind.SEARCH,
+            iteration=self.number,
+            attributes={
+                "top_k": self.config.top_k,
+                "route": getattr(self.loop.retriever, "mode", None),
+                "chunks": chunk_refs(found),
+            },
+            content={"query": query},
+        )
         return list(found)
 
     async def _generate(self, chunks: list[Chunk]) -> GeneratorOutput:
@@ -419,9 +462,28 @@ class _Run:
             budget_used=result.budget_used,
             chunk_count=len(chosen.chunks) if chosen else 0,
             error=error,
+            attributes={
+                "confidence": result.confidence,
+                "answer_iteration": chosen.iteration if chosen else None,
+                "citations": citation_refs(result.answer, chosen.chunks if chosen else []),
+            },
             content={"answer": result.answer},
         )
         return result
+
+    def _reformulation_event(self, after: int, made_by: ReformulationOutput) -> None:
+        self.telemetry.event(
+            EventKind.REFORMULATION,
+            iteration=after,
+            attributes={
+                "strategy": made_by.strategy.value,
+                "query_count": len(made_by.queries),
+            },
+            content={
+                "queries": made_by.queries[: self.config.max_sub_queries],
+                "reasoning": made_by.reasoning,
+            },
+        )
 
     def _iteration_event(self, it: LoopIteration) -> None:
         self.telemetry.event(

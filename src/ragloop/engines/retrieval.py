@@ -47,6 +47,7 @@ from ragloop.core.retrieval_records import RetrievalResult
 from ragloop.engines.retrieval_run import RefineQuery, Run, ShouldContinue
 from ragloop.observability import otel
 from ragloop.observability.run import RunTelemetry
+from ragloop.observability.stream import RunStream, stream_run
 
 if TYPE_CHECKING:
     from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
@@ -239,6 +240,25 @@ class RetrievalLoop:
         """Async :meth:`run`: sync components run in worker threads, searches concurrently."""
         return await self._run(
             query, budget, refine_query, should_continue, sub_queries, in_threads=True
+        )
+
+    def astream(
+        self,
+        query: str,
+        *,
+        budget: Budget | None = None,
+        refine_query: RefineQuery | None = None,
+        should_continue: ShouldContinue | None = None,
+        sub_queries: Sequence[str] | None = None,
+    ) -> RunStream[RetrievalResult]:
+        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
+        each search (its route and the chunks it returned), each iteration and the queries the
+        next one will search, then ``run_finished``; the result is the stream's ``result``.
+        Closing the stream early cancels the run. See ``docs/streaming.md``."""
+        return stream_run(
+            lambda: self._run(
+                query, budget, refine_query, should_continue, sub_queries, in_threads=True
+            )
         )
 
     async def _run(

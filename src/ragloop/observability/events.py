@@ -1,14 +1,19 @@
 """One event stream for every engine: listeners, structured logs and OpenTelemetry span events.
 
 Each engine emits a :class:`LoopEvent` when a run starts, after every iteration (a controller
-turn in AgentLoop), for every tool call, when an answer is grounded and when the run ends. An
-event goes, in order, to
+turn in AgentLoop), for every tool call, when an answer is grounded and when the run ends; and,
+as the run goes, a *step* event for each search, answer (and answer text delta), evaluation and
+reformulation. An event goes, in order, to
 
-1. every listener registered with :func:`listen` (called inline; a listener that raises is
+1. the stream of the run when it is consumed with ``astream()`` (see :mod:`.stream`), with its
+   content whatever the capture setting: the stream goes to whoever asked;
+2. every listener registered with :func:`listen` (called inline; a listener that raises is
    logged and skipped, never breaks the run);
-2. ``logging.getLogger("ragloop")`` at INFO, one record per event, the event as a dict in the
-   record's ``ragloop_event`` attribute (:class:`JsonFormatter` writes it as one JSON line);
-3. the active OpenTelemetry span, as a span event named ``ragloop.{kind}``.
+3. ``logging.getLogger("ragloop")``, one record per event (step events at DEBUG, the others at
+   INFO), the event as a dict in the record's ``ragloop_event`` attribute
+   (:class:`JsonFormatter` writes it as one JSON line);
+4. the active OpenTelemetry span, as a span event named ``ragloop.{kind}`` (not step events:
+   each search and model call has its own child span already).
 
 Content (queries, answers, tool arguments, results) is added to an event's attributes only when
 content capture is on (``RAGLOOP_TRACE_CONTENT=1`` or :func:`set_trace_content`).
@@ -29,6 +34,7 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragloop.core.records import Chunk
+from ragloop.core.redaction import redact, redact_all
 from ragloop.observability import otel
 
 logger = logging.getLogger("ragloop")
@@ -39,10 +45,28 @@ class EventKind(StrEnum):
     """What happened."""
 
     RUN_STARTED = "run_started"
+    SEARCH = "search"
+    ANSWER_DELTA = "answer_delta"
+    ANSWER = "answer"
+    EVALUATION = "evaluation"
+    REFORMULATION = "reformulation"
     ITERATION = "iteration"
     TOOL_CALL = "tool_call"
     GROUNDING = "grounding"
     RUN_FINISHED = "run_finished"
+
+
+# Events about one step inside an iteration: logged at DEBUG and kept off spans (each search and
+# model call has its own span), so the INFO log keeps seed 004's one record per iteration.
+STEP_KINDS = frozenset(
+    {
+        EventKind.SEARCH,
+        EventKind.ANSWER_DELTA,
+        EventKind.ANSWER,
+        EventKind.EVALUATION,
+        EventKind.REFORMULATION,
+    }
+)
 
 
 class LoopEvent(BaseModel):
@@ -148,8 +172,12 @@ def emit(event: LoopEvent) -> None:
             listener(event)
         except Exception:
             logger.warning("ragloop event listener %r raised; skipped", listener, exc_info=True)
-    if logger.isEnabledFor(logging.INFO):
-        logger.info(_describe(event), extra={"ragloop_event": event.model_dump(mode="json")})
+    step = event.kind in STEP_KINDS
+    level = logging.DEBUG if step else logging.INFO
+    if logger.isEnabledFor(level):
+        logger.log(level, _describe(event), extra={"ragloop_event": event.model_dump(mode="json")})
+    if step:
+        return
     otel.add_event(
         f"ragloop.{event.kind.value}",
         {"engine": event.engine, "iteration": event.iteration, **event.attributes},
@@ -179,13 +207,13 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
         }
         event = getattr(record, "ragloop_event", None)
         if isinstance(event, dict):
-            data.update(event)
+            data.update(redact_all(event))
         if record.exc_info:
-            data["exception"] = self.formatException(record.exc_info)
+            data["exception"] = redact(self.formatException(record.exc_info))
         return json.dumps(data, default=str, ensure_ascii=False)
 
 

@@ -24,6 +24,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -32,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
+from ragloop.core.redaction import redact_all
 from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
 from ragloop.observability.settings import trace_content_enabled
 
@@ -234,36 +236,56 @@ class TraceStore:
             self._local.conn = None
 
 
+_run_meta: ContextVar[Mapping[str, Any] | None] = ContextVar("ragloop_trace_meta", default=None)
+
+
+@contextmanager
+def trace_meta(**meta: Any) -> Iterator[None]:
+    """Runs started inside the block are stored with ``meta`` added to the recorder's own (the
+    server names the API key that asked, so only that key may read the trace)."""
+    token = _run_meta.set({**(_run_meta.get() or {}), **meta})
+    try:
+        yield
+    finally:
+        _run_meta.reset(token)
+
+
 class TraceRecorder:
     """Records the runs that happen while it listens (use it as a context manager).
 
     Each finished run becomes a :class:`TraceRecord` in ``records`` (by run id) and, given a
     ``store``, is saved there. ``meta`` is stored with every record (the knowledge base, the
-    model, the settings of the command that ran it).
+    model, the settings of the command that ran it), with the :func:`trace_meta` of the run.
     """
 
     def __init__(
         self, store: TraceStore | None = None, *, meta: Mapping[str, Any] | None = None
     ) -> None:
         self.store = store
-        self.meta = dict(meta or {})
+        self.meta = redact_all(dict(meta or {}))  # a model given as a URL may carry a key
         self.records: dict[str, TraceRecord] = {}
         self._events: dict[str, list[LoopEvent]] = {}
+        self._meta: dict[str, Mapping[str, Any]] = {}  # root run id -> its trace_meta
         self._nested = NestedRuns()
         self._lock = threading.Lock()
         self._listening: Listening | None = None
 
     def __call__(self, event: LoopEvent) -> None:
+        if event.kind is EventKind.ANSWER_DELTA:  # the answer event that follows holds them all
+            return
         with self._lock:
             # a run started inside another (a RetrievalLoop serving as a loop's retriever) is
             # kept in the outer run's trace, where trace_steps shows it as that step's hops
             root = self._nested.root(event)
+            if root not in self._events:  # called in the run's own context: its trace_meta
+                self._meta[root] = _run_meta.get() or {}
             events = self._events.setdefault(root, [])
             events.append(event)
             if event.kind is not EventKind.RUN_FINISHED or event.run_id != root:
                 return
             del self._events[root]
-        record = TraceRecord.from_events(events, content=trace_content_enabled(), meta=self.meta)
+            meta = {**self.meta, **self._meta.pop(root, {})}
+        record = TraceRecord.from_events(events, content=trace_content_enabled(), meta=meta)
         self.records[record.id] = record
         if self.store is not None:
             self.store.save(record)
