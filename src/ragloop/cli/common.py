@@ -15,10 +15,10 @@ import click
 import platformdirs
 from rich.console import Console
 
-from ragloop.core.errors import RagloopError
-from ragloop.observability.traces import traces_path_for
+from ragloop.config import Settings, load_settings
+from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, is_postgres_dsn
+from ragloop.retrieval.store import is_postgres_dsn
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,11 +27,23 @@ errors = Console(stderr=True, highlight=False)
 
 
 def default_kb_location() -> str:
-    """$RAGLOOP_KB (a file or a postgresql:// URL), else kb.sqlite in the user's data folder."""
+    """$RAGLOOP_KB (a file or a postgresql:// URL), else ``[kb] location`` of the config file,
+    else kb.sqlite in the user's data folder."""
     env = os.environ.get("RAGLOOP_KB")
     if env:
         return env
+    configured = settings().kb.location
+    if configured:
+        return configured
     return str(Path(platformdirs.user_data_dir("ragloop")) / "kb.sqlite")
+
+
+def settings() -> Settings:
+    """The effective settings (ragloop.toml and the environment); a bad one is a clean error."""
+    try:
+        return load_settings()
+    except ConfigError as error:
+        raise InputError(f"config: {error}") from None
 
 
 def kb_option(function: F) -> F:
@@ -54,6 +66,8 @@ def open_kb(
     again when opening it fails (an embedder that cannot load leaves nothing behind)."""
     location = location or default_kb_location()
     if is_postgres_dsn(location):
+        from ragloop.retrieval.store_postgres import PostgresKnowledgeBase  # psycopg: slow import
+
         try:
             return PostgresKnowledgeBase(location, create=create, embedder=embedder)
         except RagloopError as error:
@@ -131,6 +145,8 @@ def traces_file(location: str | None) -> Path:
     """Where ``ragloop ask`` stores the traces of a knowledge base: beside its file
     (``kb.sqlite`` -> ``kb.traces.sqlite``), or, for PostgreSQL, in the user data folder under
     a name derived from the URL without its password."""
+    from ragloop.observability.traces import traces_path_for
+
     location = location or default_kb_location()
     if not is_postgres_dsn(location):
         return traces_path_for(Path(location).expanduser())

@@ -28,7 +28,7 @@ from ragloop.core.budget import model_call
 from ragloop.core.calls import ChatFn, GenerateFn
 from ragloop.core.limits import LLMCall, PromptFit, default_max_tokens, record_call, reply_bound
 from ragloop.core.protocols import ChatModel
-from ragloop.core.records import Message, ModelResponse, Tool
+from ragloop.core.records import Message, ModelResponse, Tool, Usage
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind
 from ragloop.observability.run import current_run
@@ -147,7 +147,9 @@ def _streams(model: object, role: str) -> bool:
 
 async def _streamed(model: Any, messages: list[Message], role: str) -> ModelResponse:
     """The reply of ``model.astream``, its answer text sent on as ``answer_delta`` events (the
-    provider charges the stream's usage to the run itself)."""
+    provider charges the stream's usage to the run itself). The reply carries the usage and
+    finish reason the stream holds once it ended (an HTTP provider's ``TextStream``), so the
+    call's record has them and a reply cut by its bound is read as such."""
     run = current_run()
     answer = JsonStringField("answer") if role == "generator" else None
     pieces: list[str] = []
@@ -161,7 +163,12 @@ async def _streamed(model: Any, messages: list[Message], role: str) -> ModelResp
                 run.event(
                     EventKind.ANSWER_DELTA, attributes={"role": role}, content={"delta": delta}
                 )
-    return ModelResponse(text="".join(pieces))
+    usage, finish = getattr(stream, "usage", None), getattr(stream, "finish_reason", None)
+    return ModelResponse(
+        text="".join(pieces),
+        usage=usage if isinstance(usage, Usage) else None,
+        finish_reason=finish if isinstance(finish, str) else None,
+    )
 
 
 class JsonStringField:
