@@ -34,12 +34,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pydocs
-from bench_retrieval import CACHE, DATASETS
+from bench_retrieval import DATASETS, knowledge_base
 from bs4 import BeautifulSoup
 
 from ragloop import RAGLoop, RetrievalLoop
 from ragloop.core.records import Chunk
-from ragloop.evaluation.configurations import build_knowledge_base, ranked_passages
+from ragloop.evaluation.configurations import ranked_passages
 from ragloop.evaluation.datasets import load_dataset
 from ragloop.evaluation.metrics import recall_all
 from ragloop.retrieval.chunking import chunk_document
@@ -340,7 +340,7 @@ def loops_section(kb_path: Path) -> list[str]:
                 f"{sum(g > p for g, p in zip(got, plain, strict=True))} |"
             )
     hotpot = load_dataset(DATASETS["HotpotQA"])
-    kb = build_knowledge_base(hotpot, CACHE / "hotpotqa-minilm.sqlite", embedder="minilm")
+    kb = knowledge_base("HotpotQA", hotpot, "minilm")
     one = [recall_all(ranked_passages(kb.search(q.question, top_k=40)), q.gold, 5)
            for q in hotpot.questions]  # fmt: skip
     rows += ["", "| HotpotQA (500 questions) | recall@5 | one search | worse | better |",
