@@ -413,10 +413,11 @@ class KnowledgeBase:
         embedder = self.embedder
         if load_indexes is None or embedder is None:
             return self.query_vector(query)
-        if self._query_vectors.lookup(embedder.model_id, query) is not None:
-            return self.query_vector(query)
+        cached = self._query_vectors.lookup(embedder.model_id, query)
+        if cached is not None:
+            return cached
         with ThreadPoolExecutor(1, thread_name_prefix="ragloop-embed") as pool:
-            embedding = pool.submit(self.query_vector, query)
+            embedding = pool.submit(self._embed_query, embedder, query)
             load_indexes(keyword=mode == "hybrid", dense=True)
             return embedding.result()
 
@@ -425,12 +426,13 @@ class KnowledgeBase:
         process. The cache is in memory only: a search never writes to the knowledge base."""
         if self.embedder is None:
             raise DenseSearchUnavailable(self.dense_off_reason)
-        model = self.embedder.model_id
-        vector = self._query_vectors.lookup(model, query)
-        if vector is None:
-            vector = embed_queries(self.embedder, [query])[0]
-            check_vectors([vector], 1, self.embedder.dimension)
-            self._query_vectors.store(model, query, vector)
+        vector = self._query_vectors.lookup(self.embedder.model_id, query)
+        return vector if vector is not None else self._embed_query(self.embedder, query)
+
+    def _embed_query(self, embedder: Embedder, query: str) -> list[float]:
+        vector = embed_queries(embedder, [query])[0]
+        check_vectors([vector], 1, embedder.dimension)
+        self._query_vectors.store(embedder.model_id, query, vector)
         return vector
 
     def retriever(
