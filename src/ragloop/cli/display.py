@@ -66,13 +66,25 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
     return Padding(Group(*lines), (0, 0, 1, 0))
 
 
-def render_answer(
-    answer: str | None, stop_reason: str, detail: str, *, title: str = "Answer"
-) -> RenderableType:
+# How a run's end is shown: only a converged or answered run has an answer it stands by.
+CONFIDENT_STOPS = frozenset({"converged", "answered"})
+NOT_ANSWERED_STOPS = frozenset({"gave_up", "error"})
+
+
+def render_answer(answer: str | None, stop_reason: str, detail: str) -> RenderableType:
+    """The answer in a panel whose title and colour say how far to trust it: "Answer" (green)
+    for a converged or answered run, "Not confident: best attempt" (yellow) when the loop ran
+    out of attempts or budget, "Not answered" (red) when it gave up or failed."""
+    if stop_reason in CONFIDENT_STOPS:
+        title, colour = "Answer", "green"
+    elif stop_reason in NOT_ANSWERED_STOPS:
+        title, colour = "Not answered", "red"
+    else:
+        title, colour = "Not confident: best attempt", "yellow"
     body = Text(answer or "(no answer)")
     footer = Text.assemble(("stopped: ", "dim"), (stop_reason, "bold"), (f"  {detail}", "dim"))
     return Panel(
-        Group(body, Text(""), footer), title=title, title_align="left", border_style="green"
+        Group(body, Text(""), footer), title=title, title_align="left", border_style=colour
     )
 
 

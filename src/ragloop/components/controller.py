@@ -12,8 +12,9 @@ model would read them) and
    (the knowledge base's link graph: an entity bridge), an unanswered part, a word the
    documents never use re-said in their vocabulary, or the question widened with related
    corpus terms; never a query it already ran;
-4. when nothing new is left to search, answers with the best it has, or gives up when the
-   searches found nothing at all.
+4. when nothing new is left to search, answers if the best answer scores at least its
+   threshold, else gives up, saying plainly that the documents do not answer and quoting the
+   closest passage with its source.
 
 The controller keeps no state between calls: everything comes from the messages, so one
 instance serves concurrent runs. Called without tools (the loop's fallback synthesis), it
@@ -27,6 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ragloop.components.citations import answer_text
 from ragloop.components.corpus import Corpus
 from ragloop.components.evaluators import Analysis, HeuristicEvaluator
 from ragloop.components.generators import NO_ANSWER, ExtractiveGenerator
@@ -149,11 +151,11 @@ class OfflineController:
             plan = plan[: min(MAX_QUERIES_PER_TURN, room)]
             note = f"{verdict.reason}. " + " ".join(why for _, why in plan)
             return ModelResponse(text=note, tool_calls=[self._search(q) for q, _ in plan])
-        if output.answer != NO_ANSWER:
+        if verdict.score >= self.threshold:
             return self._answer(
                 output, f"Nothing new left to search; answering ({verdict.reason})."
             )
-        reason = f"no document answers it: {verdict.reason}"
+        reason = not_found(output, verdict.score, verdict.reason)
         return ModelResponse(text=reason, tool_calls=[_call("give_up", reason=reason)])
 
     @staticmethod
@@ -212,6 +214,21 @@ class OfflineController:
         return [
             t for t in asked.terms if stem(t) not in said and t not in names
         ] or found.unresolved
+
+
+def not_found(output: GeneratorOutput, score: float, why: str) -> str:
+    """Why the controller gives up, plainly, with the closest passage it found (if any)."""
+    if output.answer == NO_ANSWER:
+        return f"no document answers it: {why}"
+    closest = answer_text(output.answer)
+    sources = (
+        output.answer.rsplit("\n\nSources: ", 1)[-1] if "\n\nSources: " in output.answer else ""
+    )
+    where = f" ({sources})" if sources else ""
+    return (
+        f"the documents do not answer it (the best answer found scores {score:.2f}: {why}). "
+        f"The closest passage{where}: {closest}"
+    )
 
 
 def _entity_terms(entities: list[str]) -> set[str]:

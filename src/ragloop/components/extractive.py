@@ -21,6 +21,7 @@ With an embedder, a question term the best sentences do not contain counts (for
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -30,65 +31,128 @@ from ragloop.components.text import (
     content_stems,
     content_terms,
     entity_phrases,
-    sentence_units,
+    loose_stems,
+    passage_units,
     stem,
     tokenize,
 )
 from ragloop.core.records import Chunk
 
-# weights of the features, with and without embedding similarity
-WEIGHTS = {"lexical": 0.5, "names": 0.1, "type": 0.15, "similarity": 0.2, "prior": 0.05}
-WEIGHTS_LEXICAL_ONLY = {
-    "lexical": 0.65,
-    "names": 0.12,
-    "type": 0.17,
-    "similarity": 0.0,
-    "prior": 0.06,
+# A sentence's score is a logistic function of its features, with and without an embedder;
+# the coefficients are fitted by benchmarks/calibrate_offline.py on HotpotQA questions outside
+# the benchmarks' samples (a sentence is right when it contains the gold answer).
+SENTENCE_FEATURES = ("lexical", "names", "type", "untyped", "similarity", "prior")
+SENTENCE_COEFFICIENTS = {
+    "bias": -4.0,
+    "lexical": 3.0,
+    "names": 1.0,
+    "type": 1.0,
+    "untyped": -1.5,
+    "similarity": 3.0,
+    "prior": 0.5,
+}
+SENTENCE_LEXICAL = {
+    "bias": -3.0,
+    "lexical": 4.0,
+    "names": 1.0,
+    "type": 1.0,
+    "untyped": -1.5,
+    "prior": 0.5,
 }
 CONTEXT_WEIGHT = 0.5
 MAX_SENTENCE_CHARS = 600
 SOFT_SIMILARITY = 0.55  # word-to-word cosine at which a word says a question term in other words
 SOFT_WEIGHT = 0.8
 SOFT_CANDIDATES = 10  # best sentences checked for soft matches
-EMBEDDED_SENTENCES = 12  # best sentences (scored without similarity) that get embedded
+EMBEDDED_SENTENCES = 32  # best sentences (scored without similarity) that get embedded
 STAND_INS = 4  # corpus words that may stand for a question word the corpus never uses
-UNTYPED_FACTOR = 0.6  # a sentence without the kind of answer asked for ("how heavy": a weight)
+CODE_FACTOR = 0.7  # a piece of code, against a sentence that says the same
+LOOSE_WEIGHT = 0.25  # a question term found only inside a longer compound name
 MIN_GAIN = 0.2  # share of the question's weight a further sentence must add
 POINTER_SHARE = 0.3  # share of a sentence's new words a name must make up to be a pointer
 
 
 @dataclass
 class Sentence:
-    """One sentence of a retrieved chunk, with what matching needs."""
+    """One unit of a retrieved chunk (a sentence, a table row or a piece of code), with what
+    matching needs."""
 
     text: str
     chunk: int  # index of its chunk in the retrieved list
     position: int  # its place in the chunk
-    context: str  # the chunk's title and headings
+    context: str  # the chunk's title and headings, and the heading it sits under in the chunk
     stems: frozenset[str]
     context_stems: frozenset[str]
     soft_stems: frozenset[str] = frozenset()  # question terms it says in other words
     score: float = 0.0
     features: dict[str, float] = field(default_factory=dict)
+    kind: str = "prose"  # "prose" | "row" | "code"
+    heading: str = ""  # the heading it sits under inside its chunk, else the chunk's last one
+    loose_stems: frozenset[str] = frozenset()  # stems it has only inside compound names
 
     def has_name(self, name: str) -> bool:
         words = set(tokenize(name))
         return bool(words) and words <= set(tokenize(f"{self.context} {self.text}"))
 
+    def names_code(self, name: str) -> float:
+        """How exactly it names a code name of the question (:func:`code_name_found`)."""
+        return code_name_found(
+            name, f"{self.context} {self.text}", self.stems | self.context_stems, self.loose_stems
+        )
+
+
+def code_name_found(
+    name: str, where: str, stems: frozenset[str], loose: frozenset[str] = frozenset()
+) -> float:
+    """How exactly ``where`` (a text with its stems) names a code name: 1.0 verbatim (a
+    dotted name also by its last part), 0.5 when only the words of the name occur, on their
+    own rather than inside other names, else 0."""
+    text = where.lower()
+    wanted = name.lower()
+    tail = wanted.rsplit(".", 1)[-1]
+    if re.search(rf"(?<![\w.]){re.escape(wanted)}(?!\w)", text) or (
+        tail != wanted and re.search(rf"(?<!\w){re.escape(tail)}(?!\w)", text)
+    ):
+        return 1.0
+    words = [stem(t) for t in tokenize(tail)]
+    return 0.5 if words and all(w in stems and w not in loose for w in words) else 0.0
+
 
 def split_chunks(chunks: Sequence[Chunk]) -> list[Sentence]:
-    """Every sentence of the chunks (headings and fragments without content words left out)."""
+    """Every unit of the chunks (:func:`~ragloop.components.text.passage_units`); headings
+    and fragments without content words left out."""
     out: list[Sentence] = []
     for index, chunk in enumerate(chunks):
-        context = chunk_context(chunk)
-        context_stems = frozenset(content_stems(context))
-        for position, text in enumerate(sentence_units(chunk.content)):
-            text = text.strip()
-            if text.startswith("#") or len(text) > MAX_SENTENCE_CHARS:
+        base = chunk_context(chunk)
+        path = [str(h) for h in chunk.metadata.get("heading_path") or []]
+        base_stems = frozenset(content_stems(base))
+        for position, unit in enumerate(passage_units(chunk.content)):
+            text = unit.text.strip()
+            if (text.startswith("#") and unit.kind == "prose") or len(text) > MAX_SENTENCE_CHARS:
                 continue
             stems = frozenset(content_stems(text))
-            if stems:
-                out.append(Sentence(text, index, position, context, stems, context_stems))
+            if not stems:
+                continue
+            context, context_stems = base, base_stems
+            if unit.heading:
+                context = f"{base} {unit.heading}"
+                context_stems = base_stems | content_stems(unit.heading)
+            heading = unit.heading or (path[-1].replace("¶", "").strip() if path else "")
+            if heading == str(chunk.metadata.get("title") or "").strip():
+                heading = ""  # the page's own name says nothing more about one sentence
+            out.append(
+                Sentence(
+                    text,
+                    index,
+                    position,
+                    context,
+                    stems,
+                    context_stems,
+                    kind=unit.kind,
+                    heading=heading,
+                    loose_stems=frozenset(loose_stems(text)),
+                )
+            )
     return out
 
 
@@ -99,19 +163,23 @@ class SentenceScorer:
     question: QuestionProfile
     sentences: list[Sentence]
     weights: dict[str, float] = field(default_factory=dict)  # stem -> importance
+    compound_stems: frozenset[str] = frozenset()  # stems of the question's own compound names
 
     @classmethod
     def build(cls, question: str | QuestionProfile, sentences: list[Sentence]) -> SentenceScorer:
         asked = profile(question) if isinstance(question, str) else question
         n = max(len(sentences), 1)
-        names = {stem(t) for e in asked.entities for t in tokenize(e)}
+        names = {stem(t) for e in [*asked.entities, *asked.identifiers] for t in tokenize(e)}
         focus = {stem(t) for t in asked.focus}
         weights: dict[str, float] = {}
         for term in asked.stems:
             df = sum(1 for s in sentences if term in s.stems or term in s.context_stems)
             idf = math.log(1 + n / (1 + df))
             weights[term] = idf * (1.5 if term in names else 1.0) * (2.0 if term in focus else 1.0)
-        return cls(asked, sentences, weights)
+        compounds = frozenset(
+            stem(t) for name in asked.identifiers if "_" in name for t in tokenize(name)
+        )
+        return cls(asked, sentences, weights, compounds)
 
     def coverage(
         self,
@@ -119,16 +187,21 @@ class SentenceScorer:
         context: frozenset[str] = frozenset(),
         context_weight: float = CONTEXT_WEIGHT,
         soft: frozenset[str] | set[str] = frozenset(),
+        loose: frozenset[str] | set[str] = frozenset(),
     ) -> float:
         """The weighted share of the question's terms in ``stems``; a term found only in
         ``context`` (titles, headings) counts ``context_weight``, one said in other words
-        (``soft``) ``SOFT_WEIGHT``."""
+        (``soft``) ``SOFT_WEIGHT``, one found only inside a longer compound name (``loose``:
+        ``strict`` in ``strict_timestamps``, unless the question has that compound)
+        ``LOOSE_WEIGHT``."""
         total = sum(self.weights.values())
         if total <= 0:
             return 0.0
         got = 0.0
         for term, weight in self.weights.items():
-            if term in stems:
+            if term in loose and term not in self.compound_stems:
+                got += weight * LOOSE_WEIGHT
+            elif term in stems:
                 got += weight
             elif term in context:
                 got += weight * context_weight
@@ -137,11 +210,13 @@ class SentenceScorer:
         return got / total
 
     def names_share(self, sentence: Sentence) -> float:
-        if not self.question.entities:
+        """The share of the question's names (entities and code names) the sentence gives."""
+        entities, code = self.question.entities, self.question.identifiers
+        if not entities and not code:
             return 0.0
-        return sum(sentence.has_name(e) for e in self.question.entities) / len(
-            self.question.entities
-        )
+        found = sum(sentence.has_name(e) for e in entities if e not in code)
+        found += sum(sentence.names_code(c) for c in code)
+        return found / len([e for e in entities if e not in code] + list(code))
 
     def score(
         self,
@@ -166,29 +241,44 @@ class SentenceScorer:
             ranked = self._score(chunks, similarity)
         return ranked
 
+    def features(
+        self, sentence: Sentence, chunks: Sequence[Chunk], similarity: float | None
+    ) -> dict[str, float]:
+        """The features of :data:`SENTENCE_FEATURES` for one sentence."""
+        asked = self.question
+        typed = asked.answer_type not in (None, "yesno")
+        gives = typed and gives_answer_type(asked.answer_type, sentence.text, asked.text)
+        return {
+            "lexical": self.coverage(
+                sentence.stems,
+                sentence.context_stems,
+                soft=sentence.soft_stems,
+                loose=sentence.loose_stems,
+            ),
+            "names": self.names_share(sentence),
+            "type": float(gives),
+            "untyped": float(typed and not gives),
+            "similarity": max(similarity, 0.0) if similarity is not None else 0.0,
+            "prior": chunks[sentence.chunk].score / (1 + 0.1 * sentence.chunk),
+        }
+
     def _score(self, chunks: Sequence[Chunk], similarity: Sequence[float] | None) -> list[Sentence]:
-        weights = WEIGHTS if similarity is not None else WEIGHTS_LEXICAL_ONLY
-        typed = self.question.answer_type not in (None, "yesno")
+        coefficients = SENTENCE_COEFFICIENTS if similarity is not None else SENTENCE_LEXICAL
         for i, sentence in enumerate(self.sentences):
-            features = {
-                "lexical": self.coverage(
-                    sentence.stems, sentence.context_stems, soft=sentence.soft_stems
-                ),
-                "names": self.names_share(sentence),
-                "type": float(
-                    self.question.answer_type not in (None, "yesno")
-                    and gives_answer_type(
-                        self.question.answer_type, sentence.text, self.question.text
-                    )
-                ),
-                "similarity": max(float(similarity[i]), 0.0) if similarity is not None else 0.0,
-                "prior": chunks[sentence.chunk].score / (1 + 0.1 * sentence.chunk),
-            }
-            sentence.features = features
-            sentence.score = sum(weights[k] * v for k, v in features.items())
-            if typed and not features["type"]:  # it cannot be the answer itself
-                sentence.score *= UNTYPED_FACTOR
+            sim = float(similarity[i]) if similarity is not None else None
+            sentence.features = self.features(sentence, chunks, sim)
+            sentence.score = logistic(coefficients, sentence.features)
+            if sentence.kind == "code":  # an example shows an answer; prose states it
+                sentence.score *= CODE_FACTOR
         return sorted(self.sentences, key=lambda s: (-s.score, s.chunk, s.position))
+
+
+def logistic(coefficients: dict[str, float], features: dict[str, float]) -> float:
+    """``1 / (1 + exp(-z))`` with ``z = coefficients["bias"] + sum(w * feature)``."""
+    z = coefficients.get("bias", 0.0) + sum(
+        w * features.get(name, 0.0) for name, w in coefficients.items() if name != "bias"
+    )
+    return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
 
 
 def stand_in_stems(corpus: Corpus, question: QuestionProfile) -> dict[str, frozenset[str]]:
@@ -245,12 +335,19 @@ def sentence_similarity(
     chosen = sentences
     if len(sentences) > EMBEDDED_SENTENCES:
         chosen = scorer._score(chunks, None)[:EMBEDDED_SENTENCES]
-    sims = corpus.similarity(scorer.question.text, [s.text for s in chosen])
+    sims = corpus.similarity(scorer.question.text, [embedded_text(s) for s in chosen])
     if sims is None:
         return None
     by_sentence = {id(s): float(x) for s, x in zip(chosen, sims, strict=True)}
     floor = min(by_sentence.values())
     return [by_sentence.get(id(s), floor) for s in sentences]
+
+
+def embedded_text(sentence: Sentence) -> str:
+    """What is embedded for a sentence: the heading it sits under, then the sentence, since
+    a passage often names its subject only there ("New in version 3.11." under
+    ``contextlib.chdir(path)``)."""
+    return f"{sentence.heading}: {sentence.text}" if sentence.heading else sentence.text
 
 
 def new_names(sentence: Sentence, question: QuestionProfile) -> list[str]:
@@ -283,7 +380,7 @@ def select(
     if (
         not ranked
         or ranked[0].score <= 0
-        or not (ranked[0].stems | ranked[0].context_stems) & asked
+        or not (ranked[0].stems | ranked[0].context_stems | ranked[0].soft_stems) & asked
     ):
         return []
     chosen = [ranked[0]]

@@ -9,8 +9,10 @@ The offline generator, evaluator and controller all start from a :class:`Questio
 - ``focus``: the thing a "what is the X ..." question asks for (``X``), which an answer must
   name;
 - ``answer_type``: what a sentence must contain to answer it (a duration, an amount, a weight,
-  a date, a time, a number, a person or place, a reason, or ``yesno``), found by
-  :func:`gives_answer_type`.
+  a date, a time, a number, a person or place, a reason, an exception's name, a version, a
+  default value, or ``yesno``), found by :func:`gives_answer_type`;
+- ``identifiers``: the code names it mentions (``functools.lru_cache``, ``maxsize=None``,
+  ``exit_on_error``, ``--system-site-packages``), which a passage must name exactly.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ragloop.components.text import content_terms, entity_phrases, stem, tokenize
+from ragloop.components.text import code_names, content_terms, entity_phrases, stem, tokenize
 
 # A clause boundary: "?", ";", or a conjunction followed by a question word or an auxiliary.
 CLAUSE_SPLIT = re.compile(
@@ -29,6 +31,30 @@ CLAUSE_SPLIT = re.compile(
 
 # (question pattern, answer type, words of the cue that are not content terms); first match wins
 _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
+    (
+        re.compile(
+            r"\b(?:what|which)\s+(?:\w+\s+)?(?:exceptions?|errors?|warnings?)\b"
+            r"|\bwhat\b.*\b(?:raises?|raised)\b",
+            re.I,
+        ),
+        "exception",
+        frozenset({"exception", "exceptions", "error", "errors", "raise", "raises", "raised"}),
+    ),
+    (
+        re.compile(
+            r"\b(?:which|what)\s+(?:python\s+)?versions?\b"
+            r"|\bsince\s+(?:which|what|when)\b"
+            r"|^\s*when\s+(?:was|were|did)\b.*\b(?:add|introduc|deprecat|remov|chang|new)\w*",
+            re.I,
+        ),
+        "version",
+        frozenset({"version", "versions"}),
+    ),
+    (
+        re.compile(r"\b(?:what|which)\b.*\bdefaults?\b|\bdefaults? to\b", re.I),
+        "default",
+        frozenset(),
+    ),
     (re.compile(r"\bhow heavy\b|\bhow much\b.*\bweigh", re.I), "weight", frozenset({"heavy"})),
     (
         re.compile(
@@ -85,7 +111,7 @@ _FOCUS = re.compile(
 
 _NUMBER_WORDS = (
     "one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty "
-    "fifty hundred thousand million half dozen"
+    "fifty hundred thousand million half dozen once twice"
 ).split()
 _NUM = r"(?:\d[\d,.]*|" + "|".join(_NUMBER_WORDS) + r")"
 _UNIT_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -108,6 +134,14 @@ _UNIT_PATTERNS: dict[str, re.Pattern[str]] = {
         re.I,
     ),
     "time": re.compile(r"\b\d{1,2}(?::\d{2})?\s*(?:am|pm)\b|\b\d{1,2}:\d{2}\b", re.I),
+    "exception": re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning|Exit|Interrupt|Iteration)\b"),
+    "version": re.compile(
+        r"\b(?:version|python|release)\s+v?\d+\.\d+\b|\bv?[1-9]\d?\.\d{1,2}(?:\.\d+)?\b", re.I
+    ),
+    # a value: a number, a literal, a quoted string or a name=value of a signature
+    "default": re.compile(
+        rf"\b{_NUM}\b|\b(?:None|True|False|empty)\b|['\"][^'\"]*['\"]|\w=\S", re.I
+    ),
     "date": re.compile(
         r"\b(?:1[5-9]\d\d|20\d\d)s?\b|\b(?:january|february|march|april|may|june|july|august|"
         r"september|october|november|december|spring|summer|autumn|winter)\b",
@@ -127,6 +161,7 @@ class QuestionProfile:
     answer_type: str | None
     stems: frozenset[str] = frozenset()
     focus: tuple[str, ...] = ()
+    identifiers: tuple[str, ...] = ()
 
     @property
     def is_multi_part(self) -> bool:
@@ -157,6 +192,7 @@ def profile(question: str) -> QuestionProfile:
         answer_type=answer_type,
         stems=frozenset(stem(t) for t in terms),
         focus=tuple(t for t in content_terms(focus[1]) if t in terms) if focus else (),
+        identifiers=tuple(code_names(question)),
     )
 
 
@@ -167,6 +203,9 @@ def gives_answer_type(answer_type: str | None, sentence: str, question: str = ""
     if answer_type is None or answer_type == "yesno":
         return True
     pattern = _UNIT_PATTERNS.get(answer_type)
+    if answer_type in ("exception", "version"):  # one the question does not name already
+        named = {m.lower() for m in pattern.findall(question)} if pattern else set()
+        return any(m.lower() not in named for m in pattern.findall(sentence)) if pattern else False
     if pattern is not None:
         return bool(pattern.search(sentence))
     asked = {t for e in entity_phrases(question) for t in tokenize(e)} | set(tokenize(question))
