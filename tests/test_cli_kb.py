@@ -57,11 +57,13 @@ def test_search_table_and_json(kb_env):
     ragloop("ingest", str(docs), "--embedder", "hash", "--collection", "shop", env=env)
     table = ragloop("search", "tent weight", "--top-k", "2", env=env, cwd=tmp_path)
     assert table.returncode == 0, table.stderr
-    assert "docs/camping/tents.md" in table.stdout
+    assert "camping/tents.md" in table.stdout  # relative to the folder ingested
+    assert str(tmp_path) not in table.stdout
     assert "Ridgeline 2 tent weighs" in table.stdout
     as_json = ragloop("search", "tent weight", "--mode", "bm25", "--json", "-c", "shop", env=env)
     chunks = json.loads(as_json.stdout)
     assert chunks[0]["metadata"]["title"] == "Tents"
+    assert (chunks[0]["source"], chunks[0]["metadata"]["root"]) == ("camping/tents.md", str(docs))
     assert 0 < chunks[0]["score"] <= 1
     assert json.loads(ragloop("search", "tent", "--json", "-c", "other", env=env).stdout) == []
 

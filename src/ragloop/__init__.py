@@ -58,6 +58,7 @@ from ragloop.core.protocols import (
     Reformulator,
     Retriever,
     Router,
+    UnderstoodQueryLike,
 )
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -74,6 +75,7 @@ from ragloop.core.retrieval_records import (
     RefineContext,
     RetrievalIteration,
     RetrievalResult,
+    RouteDecision,
     UnderstoodQuery,
 )
 from ragloop.engines.agent import AgentLoop
@@ -198,6 +200,7 @@ __all__ = [
     "RetrievalResult",
     "RetrievalRouter",
     "Retriever",
+    "RouteDecision",
     "Router",
     "ScriptExhausted",
     "SemanticEmbeddingCache",
@@ -214,6 +217,7 @@ __all__ = [
     "TraceRecorder",
     "TraceStore",
     "UnderstoodQuery",
+    "UnderstoodQueryLike",
     "Usage",
     "__version__",
     "aground",

@@ -12,7 +12,7 @@ One section per engine: RAGLoop, AgentLoop, and RetrievalLoop answered by one RA
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from ragloop.components.controller import OfflineController
 from ragloop.components.corpus import Corpus
@@ -20,11 +20,12 @@ from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
 from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
 from ragloop.core.calls import has_method
-from ragloop.core.errors import ConfigError
+from ragloop.core.errors import ConfigError, check_options
 from ragloop.core.protocols import ChatModel, Retriever
 from ragloop.core.records import Chunk
-from ragloop.engines.agent import AgentLoop, SearchFn
-from ragloop.engines.rag import LoopConfig, RAGLoop
+from ragloop.engines.agent import AgentLoop
+from ragloop.engines.agent_options import AgentLoopOptions, SearchFn
+from ragloop.engines.rag import LoopConfig, RAGLoop, RAGLoopOptions
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.offline_retrieval import offline_retrieval_loop
 from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
@@ -36,8 +37,10 @@ def _retriever(source: Any) -> Retriever:
         return source.retriever()  # type: ignore[no-any-return]
     if has_method(source, "retrieve"):
         return source  # type: ignore[no-any-return]
-    raise TypeError(
-        f"expected a KnowledgeBase or a retriever (retrieve/aretrieve), got {type(source).__name__}"
+    raise ConfigError(
+        "kb_or_retriever",
+        "expected a KnowledgeBase or a retriever (retrieve/aretrieve), "
+        f"got {type(source).__name__}",
     )
 
 
@@ -87,7 +90,7 @@ class LinkedSearch:
 # -- RAGLoop ------------------------------------------------------------------------------------
 
 
-def rag_loop(source: Any, *, model: ChatModel | None = None, **config: Any) -> RAGLoop:
+def rag_loop(source: Any, **options: Unpack[RAGLoopOptions]) -> RAGLoop:
     """A :class:`~ragloop.RAGLoop` over a knowledge base or a retriever.
 
     Without ``model``: :class:`~ragloop.ExtractiveGenerator`, :class:`~ragloop.HeuristicEvaluator`
@@ -101,19 +104,21 @@ def rag_loop(source: Any, *, model: ChatModel | None = None, **config: Any) -> R
     (HotpotQA, 250 questions: recall@5 of both gold passages 0.80 against 0.78 with plain
     searches, and 0.90 against 0.85 at 10).
 
-    ``config`` holds :class:`~ragloop.LoopConfig` fields (``max_iterations=``, ``top_k=``, ...)
-    or ``config=LoopConfig(...)``, and may replace a component: ``generator=``, ``evaluator=``,
-    ``reformulator=``.
+    ``options`` (:class:`~ragloop.engines.rag.RAGLoopOptions`) hold
+    :class:`~ragloop.LoopConfig` fields (``max_iterations=``, ``top_k=``, ...) or
+    ``config=LoopConfig(...)``, ``model=``, and may replace a component: ``generator=``,
+    ``evaluator=``, ``reformulator=``. An unknown name is a :class:`~ragloop.ConfigError`.
     """
+    check_options(options, RAGLoopOptions.__annotations__, owner="RAGLoop.offline")
+    config: dict[str, Any] = dict(options)
+    model = config.pop("model", None)
     retriever = _retriever(source)
     if model is None and isinstance(retriever, KnowledgeBaseRetriever):
         retriever = RetrievalLoopRetriever(offline_retrieval_loop(retriever))
     return _rag_loop(retriever, Corpus.of(source), model, config)
 
 
-def _rag_loop(
-    retriever: Retriever, corpus: Corpus, model: ChatModel | None, config: dict[str, Any]
-) -> RAGLoop:
+def _rag_loop(retriever: Retriever, corpus: Corpus, model: Any, config: dict[str, Any]) -> RAGLoop:
     components: dict[str, Any] = {
         name: config.pop(name)
         for name in ("generator", "evaluator", "reformulator")
@@ -123,10 +128,7 @@ def _rag_loop(
     if loop_config is not None and config:
         raise ConfigError("config", "pass either config=LoopConfig(...) or its fields, not both")
     if loop_config is None:
-        try:
-            loop_config = LoopConfig(**config)
-        except TypeError as error:
-            raise ConfigError("config", str(error)) from None
+        loop_config = LoopConfig(**config)
     if model is None:
         defaults: dict[str, Any] = {
             "generator": ExtractiveGenerator(corpus=corpus),
@@ -152,7 +154,7 @@ def _rag_loop(
 # -- AgentLoop ----------------------------------------------------------------------------------
 
 
-def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -> AgentLoop:
+def agent_loop(source: Any, **options: Unpack[AgentLoopOptions]) -> AgentLoop:
     """An :class:`~ragloop.AgentLoop` over a knowledge base or a retriever.
 
     Without ``model`` the controller is :class:`~ragloop.OfflineController` (rule-based: it
@@ -160,9 +162,13 @@ def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -
     extractive generator) and, over a knowledge base, each of its searches is a
     :class:`LinkedSearch` (HotpotQA, 100 questions: recall@5 of both gold passages 0.79
     against 0.74 with plain searches); with ``model``, the model drives and searches the
-    knowledge base directly. ``options`` go to ``AgentLoop`` (``max_iterations=``,
-    ``collections=``, ``budget=``, ...).
+    knowledge base directly. ``options`` (:class:`~ragloop.engines.agent.AgentLoopOptions`) go
+    to ``AgentLoop`` (``max_iterations=``, ``collections=``, ``budget=``, ...); an unknown name
+    is a :class:`~ragloop.ConfigError`.
     """
+    check_options(options, AgentLoopOptions.__annotations__, owner="AgentLoop.offline")
+    settings: dict[str, Any] = dict(options)
+    model = settings.pop("model", None)
     search: Retriever | SearchFn | LinkedSearch
     if isinstance(source, KnowledgeBase):
         # the function forms: the collections a call names reach the store
@@ -170,7 +176,7 @@ def agent_loop(source: Any, *, model: ChatModel | None = None, **options: Any) -
     else:
         search = _retriever(source)
     controller = model if model is not None else OfflineController(corpus=Corpus.of(source))
-    return AgentLoop(controller, search, **options)
+    return AgentLoop(controller, search, **settings)
 
 
 # -- RetrievalLoop, answered ------------------------------------------------------------------

@@ -6,27 +6,30 @@ merged side by side; :meth:`ragloop.RetrievalLoop.offline` calls :func:`offline_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Unpack
 
 from ragloop.components.cost import DefaultCostEstimator
 from ragloop.components.refiners import EntityBridgeRefiner
-from ragloop.components.understanding import Glossary, HeuristicUnderstander
+from ragloop.components.understanding import HeuristicUnderstander, LLMUnderstander
+from ragloop.core.errors import ConfigError, check_options
+from ragloop.core.protocols import QueryUnderstander
 from ragloop.core.retrieval_records import QueryShape
-from ragloop.engines.retrieval import RetrievalLoop, RetrievalLoopConfig
+from ragloop.engines.retrieval import RetrievalLoop, RetrievalLoopConfig, RetrievalLoopOptions
 from ragloop.retrieval.embedding_cache import SemanticEmbeddingCache
 from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 from ragloop.retrieval.routing import RetrievalRouter
 
+# what offline_retrieval_loop sets where RetrievalLoopConfig's defaults are not the best offline
+OFFLINE_DEFAULTS: dict[str, Any] = {"max_iterations": 2, "follow_links": 1, "top_k": 20}
+
 
 def offline_retrieval_loop(
-    kb: KnowledgeBase | KnowledgeBaseRetriever,
-    *,
-    glossary: Glossary | None = None,
-    **config: Any,
+    kb: KnowledgeBase | KnowledgeBaseRetriever, **options: Unpack[RetrievalLoopOptions]
 ) -> RetrievalLoop:
     """A :class:`~ragloop.RetrievalLoop` over ``kb`` for multi-hop questions, offline:
 
-    - :class:`~ragloop.HeuristicUnderstander` (with the ``glossary``, if given);
+    - :class:`~ragloop.HeuristicUnderstander` (with the ``glossary``, if given; with ``model=``,
+      an :class:`~ragloop.LLMUnderstander` instead);
     - :class:`~ragloop.RetrievalRouter` sending every query to hybrid search (bm25 when the
       knowledge base has no embedder): routing keyword-shaped queries to bm25 and semantic ones
       to dense search lost recall on every benchmark set, hybrid never did;
@@ -41,16 +44,34 @@ def offline_retrieval_loop(
     - a :class:`~ragloop.SemanticEmbeddingCache` shared by the loop's runs, and the
       :class:`~ragloop.DefaultCostEstimator`.
 
-    ``config`` holds :class:`~ragloop.RetrievalLoopConfig` fields and overrides these defaults.
+    ``options`` hold :class:`~ragloop.RetrievalLoopConfig` fields, which override these
+    defaults, or a whole ``config=``; an unknown name is a :class:`~ragloop.ConfigError`.
     """
+    check_options(options, RetrievalLoopOptions.__annotations__, owner="RetrievalLoop.offline")
+    settings: dict[str, Any] = dict(options)
+    model = settings.pop("model", None)
+    glossary = settings.pop("glossary", None)
+    config = settings.pop("config", None)
     retriever = kb.retriever() if isinstance(kb, KnowledgeBase) else kb
     if not isinstance(retriever, KnowledgeBaseRetriever):
-        raise TypeError(f"kb must be a KnowledgeBase or its retriever, got {type(kb).__name__}")
-    settings = {"max_iterations": 2, "follow_links": 1, "top_k": 20, **config}
+        raise ConfigError(
+            "kb", f"must be a KnowledgeBase or its retriever, got {type(kb).__name__}"
+        )
+    if config is not None and settings:
+        raise ConfigError("config", "pass either config=RetrievalLoopConfig(...) or its fields")
+    if config is None:
+        config = RetrievalLoopConfig(**{**OFFLINE_DEFAULTS, **settings})
+    elif not isinstance(config, RetrievalLoopConfig):
+        raise ConfigError("config", f"must be a RetrievalLoopConfig, got {config!r}")
+    understander: QueryUnderstander = (
+        HeuristicUnderstander(glossary)
+        if model is None
+        else LLMUnderstander(model, glossary=glossary)
+    )
     return RetrievalLoop(
         retriever,
-        config=RetrievalLoopConfig(**settings),
-        understander=HeuristicUnderstander(glossary),
+        config=config,
+        understander=understander,
         router=RetrievalRouter(retriever, routes=dict.fromkeys(QueryShape, "hybrid")),
         refiner=EntityBridgeRefiner(),
         embedding_cache=SemanticEmbeddingCache(),

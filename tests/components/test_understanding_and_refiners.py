@@ -40,8 +40,9 @@ def test_keyword_on_the_seeds_own_example_follows_its_code_not_its_prose():
     assert keyword(CHUNK_1, QUERY) == "punctuality"
     refined = f"{QUERY} punctuality"
     assert keyword(CHUNK_2, refined) == "government"
-    # "requires", "internal", "policies" and "behavior" tie at 8 letters: the first wins
-    assert keyword(CHUNK_1, refined) == "requires"
+    # "requires", "internal", "policies" and "behavior" tie at 8 letters: as Rust's max_by_key,
+    # the last one wins
+    assert keyword(CHUNK_1, refined) == "behavior"
     assert KeywordRefiner.keyword is keyword
 
 
@@ -50,7 +51,9 @@ def test_keyword_details():
     assert keyword("", "q") == ""
     assert keyword("Alpha bravo; CHARLIE!", "q") == "charlie"  # lower-cased, punctuation gone
     assert keyword("first second", "q") == "second"  # longest
-    assert keyword("aaaaaa bbbbbb", "q") == "aaaaaa"  # the first on ties
+    assert keyword("aaaaaa bbbbbb", "q") == "bbbbbb"  # the last on ties (max_by_key)
+    assert keyword("bbbbbb aaaaaa bbbbbb", "q") == "bbbbbb"
+    assert keyword("naïve plain", "q") == "plain"  # characters, not UTF-8 bytes, are counted
     assert keyword("because there would", "q") == ""  # stopwords are skipped
     assert keyword("refund refunds", "refund") == "refunds"  # query words are excluded
     assert keyword("e-mail policy", "policy") == "email"  # the lesson strips, not splits

@@ -287,8 +287,10 @@ def test_custom_tool_failures_become_tool_results():
 
 def test_custom_tools_are_checked_at_construction():
     controller = ScriptedModel([])
-    with pytest.raises(ConfigError, match="already taken"):
+    with pytest.raises(ConfigError, match="built in and takes no callback"):
         AgentLoop(controller, kb(), tools=[Tool(name="search", description="d", callback=str)])
+    with pytest.raises(ConfigError, match="already taken"):
+        AgentLoop(controller, kb(), tools=[Tool(name="t", description="d", callback=str)] * 2)
     with pytest.raises(ConfigError, match="no callback"):
         AgentLoop(controller, kb(), tools=[Tool(name="t", description="d")])
 

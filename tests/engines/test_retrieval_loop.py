@@ -52,7 +52,7 @@ def make(refiner=None, table=None, **config) -> tuple[RetrievalLoop, TableRetrie
 
 
 def queries_of(result: RetrievalResult) -> list[str]:
-    return [it.query for it in result.iterations]
+    return [it.query for it in result.trace]
 
 
 # -- the loop ------------------------------------------------------------------------------------
@@ -71,6 +71,8 @@ def test_iterations_record_exactly_the_listed_fields():
         "cache_hits",
         "cache_misses",
         "elapsed_ms",
+        "chunks",
+        "decision",
     ]
 
 
@@ -81,7 +83,7 @@ def test_a_run_searches_each_refinement_and_gathers_the_evidence():
     assert queries_of(result) == [Q, "q1", "q2 | q3"]
     assert [q for q, _ in retriever.calls] == [Q, "q1", "q2", "q3"]
     assert all(k == 10 for _, k in retriever.calls)  # top_k
-    first, second, third = result.iterations
+    first, second, third = result.trace
     assert (first.index, first.results_n, first.new_chunks_n, first.best_score) == (0, 2, 2, 0.6)
     assert (second.results_n, second.new_chunks_n, second.best_score) == (2, 1, 0.7)
     assert (third.results_n, third.new_chunks_n, third.best_score) == (5, 5, 0.9)
@@ -112,7 +114,7 @@ def test_without_a_refiner_the_last_queries_run_again_until_diminishing_returns(
     result = loop.run(Q)
     assert result.stop_reason == StopReason.DIMINISHING_RETURNS
     assert queries_of(result) == [Q, Q]
-    assert result.iterations[1].new_chunks_n == 0
+    assert result.trace[1].new_chunks_n == 0
 
 
 def test_sub_queries_come_first_then_the_refiner():
@@ -164,7 +166,7 @@ def test_max_iterations_and_the_refiner_is_not_asked_after_the_last():
     loop, _ = make(refiner, max_iterations=2, min_new_chunks_per_iter=0)
     result = loop.run(Q)
     assert result.stop_reason == StopReason.MAX_ITERATIONS
-    assert len(result.iterations) == 2
+    assert len(result.trace) == 2
     assert len(refiner.contexts) == 1
 
 
@@ -174,7 +176,7 @@ def test_diminishing_returns_never_on_iteration_0_and_zero_disables_it():
     result = loop.run(Q)
     # iteration 0 found 1 new chunk (< 2) and went on; iteration 1 found 1 new chunk and stopped
     assert result.stop_reason == StopReason.DIMINISHING_RETURNS
-    assert [it.new_chunks_n for it in result.iterations] == [1, 1]
+    assert [it.new_chunks_n for it in result.trace] == [1, 1]
     loop, _ = make(ListRefiner("q1", "q1"), table=table, min_new_chunks_per_iter=0)
     assert loop.run(Q).stop_reason == StopReason.CALLER_STOP  # ran until the refiner stopped
 
@@ -189,13 +191,13 @@ def test_no_improvement_follows_seed_003s_code():
     loop, _ = make(ListRefiner("q1", "q2"), table=table, improvement_threshold=0.375)
     result = loop.run(Q)
     assert result.stop_reason == StopReason.NO_IMPROVEMENT
-    assert len(result.iterations) == 2  # the non-improving iteration is recorded
+    assert len(result.trace) == 2  # the non-improving iteration is recorded
     loop, _ = make(ListRefiner("q1", "q2"), table=table, improvement_threshold=0.25)
     assert loop.run(Q).stop_reason == StopReason.CALLER_STOP  # only "less than" stops
     # the first iteration is compared with 0.0, as in the seed's code
     loop, _ = make(ListRefiner("q1"), table=table, improvement_threshold=0.625)
     result = loop.run(Q)
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.NO_IMPROVEMENT, 1)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.NO_IMPROVEMENT, 1)
 
 
 def test_stop_rules_apply_in_the_seeds_order():
@@ -203,11 +205,11 @@ def test_stop_rules_apply_in_the_seeds_order():
     # should_continue False beats diminishing returns and no improvement
     loop, _ = make(table=same, improvement_threshold=0.5)
     result = loop.run(Q, should_continue=lambda history: len(history) < 2)
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.CALLER_STOP, 2)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.CALLER_STOP, 2)
     # diminishing returns beats no improvement (iteration 1 adds nothing and improves nothing)
     loop, _ = make(table=same, improvement_threshold=0.5)
     result = loop.run(Q, should_continue=lambda history: True)
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.DIMINISHING_RETURNS, 2)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.DIMINISHING_RETURNS, 2)
     loop, _ = make(table=same, improvement_threshold=0.5, min_new_chunks_per_iter=0)
     assert loop.run(Q).stop_reason == StopReason.NO_IMPROVEMENT
     # no improvement beats the refiner's None, which is then never asked
@@ -293,7 +295,7 @@ def test_should_continue_sees_every_iteration_so_far():
 def test_zero_is_exhausted_before_the_first_iteration(budget, reason):
     loop, retriever = make()
     result = loop.run(Q, budget=budget)
-    assert (result.stop_reason, result.iterations, result.chunks) == (reason, [], [])
+    assert (result.stop_reason, result.trace, result.chunks) == (reason, [], [])
     assert retriever.calls == []
 
 
@@ -302,7 +304,7 @@ def test_none_is_uncapped_and_max_iter_caps_iterations():
     assert loop.run(Q, budget=Budget()).stop_reason == StopReason.CALLER_STOP
     loop, _ = make(ListRefiner("q1", "q2", "q3"), min_new_chunks_per_iter=0)
     result = loop.run(Q, budget=Budget(max_iter=2))
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.BUDGET_ITER, 2)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.BUDGET_ITER, 2)
     assert result.budget_used.iters == 2
 
 
@@ -317,11 +319,11 @@ def test_reported_usage_counts_against_tokens_and_dollars():
     config = RetrievalLoopConfig(min_new_chunks_per_iter=0)
     loop = RetrievalLoop(retriever, config=config, refiner=refiner)
     result = loop.run(Q, budget=Budget(max_tokens=100))
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.BUDGET_TOKENS, 3)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.BUDGET_TOKENS, 3)
     assert result.budget_used.tokens == 120
     refiner.outputs = ["q1", "q2", "q3"]
     result = loop.run(Q, budget=Budget(max_dollars=0.015))
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.BUDGET_DOLLARS, 2)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.BUDGET_DOLLARS, 2)
     assert result.budget_used.dollars == pytest.approx(0.02)
 
 
@@ -350,7 +352,7 @@ async def test_the_wall_clock_budget_cuts_off_a_slow_step():
     loop = RetrievalLoop(SlowAsyncRetriever(delay=5.0))
     result = await loop.arun(Q, budget=Budget(max_wall_ms=50))
     assert result.stop_reason == StopReason.BUDGET_WALL_MS
-    assert result.iterations == []
+    assert result.trace == []
 
 
 # -- sync and async ------------------------------------------------------------------------------
@@ -358,7 +360,7 @@ async def test_the_wall_clock_budget_cuts_off_a_slow_step():
 
 def comparable(result: RetrievalResult) -> dict:
     data = result.model_dump(exclude={"run_id", "budget_used"})
-    for it in data["iterations"]:
+    for it in data["trace"]:
         it.pop("elapsed_ms")
     return data
 
@@ -375,7 +377,7 @@ async def test_arun_searches_an_iterations_queries_concurrently():
     retriever = SlowAsyncRetriever(delay=0.05)
     loop = RetrievalLoop(retriever, refiner=ListRefiner(["a", "b", "c"]))
     result = await loop.arun(Q, budget=Budget(max_iter=2))
-    assert result.iterations[1].query == "a | b | c"
+    assert result.trace[1].query == "a | b | c"
     assert retriever.max_active == 3
 
 
@@ -427,5 +429,5 @@ def test_invalid_components_and_arguments_are_refused():
 def test_should_continue_returning_none_has_no_opinion():
     loop, _ = make(ListRefiner("q1"), min_new_chunks_per_iter=0)
     result = loop.run(Q, should_continue=lambda history: None)
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.CALLER_STOP, 2)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.CALLER_STOP, 2)
     assert queries_of(result) == [Q, "q1"]  # the refiner, not the callback, ended it

@@ -137,19 +137,19 @@ SUBS = ["Ethan Hawke birthplace", "tent weight", "Who was born in Austin, Texas?
 def test_sticky_routing_keeps_iteration_0s_route_and_measures_plan_reuse(kb):
     result = routed_loop(kb, switch=False).run("Who directed the film Sinister?", sub_queries=SUBS)
     # shapes: hybrid, keyword, keyword, hybrid
-    assert [it.route for it in result.iterations] == ["hybrid"] * 4
-    assert [it.sticky for it in result.iterations] == [False, True, True, True]
+    assert [it.route for it in result.trace] == ["hybrid"] * 4
+    assert [it.sticky for it in result.trace] == [False, True, True, True]
     # asked, the router would pick bm25, bm25, then hybrid: only the last fits the held route
-    assert [it.plan_reused for it in result.iterations] == [False, False, False, True]
+    assert [it.plan_reused for it in result.trace] == [False, False, False, True]
     assert result.sticky_route_rate == 1.0
     assert result.plan_reuse_rate == pytest.approx(1 / 3)
 
 
 def test_with_route_switching_each_iteration_asks_the_router(kb):
     result = routed_loop(kb, switch=True).run("Who directed the film Sinister?", sub_queries=SUBS)
-    assert [it.route for it in result.iterations] == ["hybrid", "bm25", "bm25", "hybrid"]
-    assert [it.sticky for it in result.iterations] == [False] * 4
-    assert [it.plan_reused for it in result.iterations] == [False, False, True, False]
+    assert [it.route for it in result.trace] == ["hybrid", "bm25", "bm25", "hybrid"]
+    assert [it.sticky for it in result.trace] == [False] * 4
+    assert [it.plan_reused for it in result.trace] == [False, False, True, False]
     assert result.plan_reuse_rate == pytest.approx(1 / 3)
     assert result.sticky_route_rate == 0.0
 
@@ -157,7 +157,7 @@ def test_with_route_switching_each_iteration_asks_the_router(kb):
 def test_without_a_router_the_retrievers_mode_is_the_route(kb):
     loop = RetrievalLoop(kb.retriever(mode="bm25"), config=RetrievalLoopConfig(max_iterations=2))
     result = loop.run("Sinister", sub_queries=["Ethan Hawke"])
-    assert [(it.route, it.plan_reused, it.sticky) for it in result.iterations] == [
+    assert [(it.route, it.plan_reused, it.sticky) for it in result.trace] == [
         ("bm25", False, False),
         ("bm25", True, True),
     ]
@@ -176,7 +176,7 @@ def test_the_exact_cache_is_shared_across_iterations_and_runs(kb):
         embedding_cache=cache,
     )
     first = loop.run("Sinister horror film", sub_queries=["sinister  HORROR film", "Ethan Hawke"])
-    assert [(it.cache_hits, it.cache_misses) for it in first.iterations] == [(0, 1), (1, 0), (0, 1)]
+    assert [(it.cache_hits, it.cache_misses) for it in first.trace] == [(0, 1), (1, 0), (0, 1)]
     assert (first.cache_stats.hits, first.cache_stats.misses) == (1, 2)
     assert first.cache_stats.rate == pytest.approx(1 / 3)
     second = loop.run("Ethan Hawke", budget=Budget(max_iter=1))
@@ -198,7 +198,7 @@ def test_the_semantic_cache_reuses_a_near_duplicates_vector(kb):
         "Sinister horror film",
         sub_queries=["the Sinister horror film directed", "Austin Texas"],
     )
-    assert [it.cache_hits for it in result.iterations] == [0, 1, 0]
+    assert [it.cache_hits for it in result.trace] == [0, 1, 0]
     assert cache.semantic_hits == 1
     assert (cache.stats.hits, cache.stats.misses) == (1, 2)
     assert cache.exact.stats.hits == 0
@@ -234,7 +234,7 @@ def test_a_hyde_passage_is_embedded_in_place_of_the_query(kb):
         embedding_cache=cache,
     )
     result = loop.run("zzz qqq", budget=Budget(max_iter=1))
-    assert result.iterations[0].route == "dense"
+    assert result.trace[0].route == "dense"
     assert sources(result) == ["hawke.md"]
     model = kb.embedder.model_id
     assert cache.lookup(model, "Ethan Hawke is an American actor and novelist born in Austin Texas")
@@ -271,7 +271,7 @@ def test_a_token_budget_stops_an_llm_understood_run(keyword_kb):
         understander=LLMUnderstander(model),
     )
     result = loop.run("Sinister", budget=Budget(max_tokens=100))
-    assert (result.stop_reason, len(result.iterations)) == (StopReason.BUDGET_TOKENS, 2)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.BUDGET_TOKENS, 2)
     assert result.budget_used.tokens == 130
 
 
@@ -295,9 +295,7 @@ def test_the_entity_bridge_follows_the_link_graph_to_the_second_hop(keyword_kb):
     )
     result = loop.run("Where was the star of the film Sinister born?")
     # the names the first passage links to, in the order it mentions them
-    assert result.iterations[1].query == (
-        "Scott Derrickson star film born | Ethan Hawke star film born"
-    )
+    assert result.trace[1].query == ("Scott Derrickson star film born | Ethan Hawke star film born")
     assert sources(result)[:1] == ["sinister.md"]
     assert {"derrickson.md", "hawke.md"} <= set(sources(result)[:4])
 

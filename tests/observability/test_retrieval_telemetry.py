@@ -159,12 +159,12 @@ def test_one_event_and_one_json_log_line_per_iteration(kb):
         "route": "hybrid",
         "results_n": 2,
         "new_chunks_n": 2,
-        "best_score": result.iterations[0].best_score,
+        "best_score": result.trace[0].best_score,
         "plan_reused": False,
         "sticky": False,
         "cache_hits": 0,
         "cache_misses": 1,
-        "elapsed_ms": result.iterations[0].elapsed_ms,
+        "elapsed_ms": result.trace[0].elapsed_ms,
     }
     assert lines[-1]["kind"] == "run_finished"
     assert lines[-1]["attributes"]["stop_reason"] == "budget_iter"

@@ -276,7 +276,7 @@ async def test_retrieval_loop_ends_with_a_stop_reason_and_its_evidence(mode):
     }[mode]
     assert result.stop_reason is expected
     if mode == "flaky":
-        assert len(result.iterations) == 1
+        assert result.iterations == 1
         assert result.chunks  # the evidence of the iteration before the failure
     if expected is StopReason.ERROR:
         assert "retriever" in (result.error or "") or "search" in (result.error or "")

@@ -225,6 +225,6 @@ async def test_an_obedient_retrieval_loop_stays_in_its_collection(kb):
     result = await asyncio.wait_for(
         loop.arun("What is the warranty?", budget=Budget(max_iter=2)), timeout=20
     )
-    assert len(result.iterations) <= 2
+    assert result.iterations <= 2
     assert all(c.metadata["collection"] == "shop" for c in result.chunks)
     assert all(SECRET not in c.content for c in result.chunks)

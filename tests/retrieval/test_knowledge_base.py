@@ -390,3 +390,27 @@ def test_the_sqlite_store_fuses_row_numbers_as_the_generic_fusion_fuses_chunks(
         ]
         assert fused
     kb.close()
+
+
+def test_a_file_given_alone_is_named_by_its_file_name(tmp_path, docs):
+    other = write_corpus(tmp_path / "other", {"billing.txt": "Invoices by post.\n"})
+    with KnowledgeBase(tmp_path / "kb.sqlite", embedder=None) as kb:
+        report = kb.ingest([docs / "billing.txt", other / "billing.txt"])
+        assert kb.store.sources("default") == ["billing.txt"]
+        assert report.added == 1
+        assert reasons(report) == {
+            "billing.txt": f"same source 'billing.txt' as {docs / 'billing.txt'}"
+        }
+        assert kb.delete(docs / "billing.txt") == 1  # by the file's path
+        assert kb.store.sources("default") == []
+
+
+def test_absolute_sources_of_an_older_knowledge_base_become_relative(tmp_path, docs):
+    with KnowledgeBase(tmp_path / "kb.sqlite", embedder=None) as kb:
+        old = str((docs / "billing.txt").resolve())  # how sources were stored before
+        kb.add_documents([Document(text="Invoices are issued monthly.", source=old)])
+        report = kb.ingest(docs)
+        assert (report.added, report.updated) == (3, 1)
+        assert kb.store.sources("default") == sorted(
+            ["billing.txt", "camping/tents.md", "returns.md", "shipping.md"]
+        )

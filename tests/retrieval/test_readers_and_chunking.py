@@ -18,7 +18,6 @@ from ragloop.retrieval.readers import (
     ParsedDocument,
     ReadError,
     read_csv,
-    read_html,
     read_json,
     read_jsonl,
     read_markdown,
@@ -69,29 +68,6 @@ def test_rst_section_levels_follow_underline_order():
     assert headings == [(1, "Guide"), (2, "Setup"), (3, "Detail")]
     assert "hidden" not in doc.text
     assert doc.title == "Guide"
-
-
-def test_html_drops_scripts_styles_navigation_and_keeps_headings():
-    html = """<html><head><title>Tents | Shop</title><style>.x{}</style>
-    <script>var secret = 1;</script></head><body>
-    <nav><a href="/">Home</a> <a href="/cart">Cart</a></nav>
-    <header>Site header</header>
-    <h1>Tents</h1><p>The Ridgeline 2 weighs <b>1.4 kg</b>.</p>
-    <div>Loose text in a div</div>
-    <h2>Care</h2><ul><li>Dry it.</li><li>Store it loose.</li></ul>
-    <footer>Copyright</footer><noscript>enable js</noscript></body></html>"""
-    doc = read_html(html, Path("tents.html"))
-    assert doc.title == "Tents | Shop"
-    assert [(b.level, b.text) for b in doc.blocks if b.kind == "heading"] == [
-        (1, "Tents"),
-        (2, "Care"),
-    ]
-    body = doc.text
-    assert "The Ridgeline 2 weighs 1.4 kg ." in body or "The Ridgeline 2 weighs 1.4 kg." in body
-    assert "Loose text in a div" in body
-    assert "Dry it." in texts(doc, "text")
-    for dropped in ("secret", "Home", "Cart", "Site header", "Copyright", "enable js", ".x{}"):
-        assert dropped not in body
 
 
 def test_json_list_of_records_and_object():

@@ -38,7 +38,7 @@ def render(result: RetrievalResult) -> str:
         f"final_chunks: {len(result.chunks)}",
         "iterations:",
     ]
-    for it in result.iterations:
+    for it in result.trace:
         query = repr(_short(it.query, 58))
         lines.append(
             f"  #{it.index:<2} q={query:<32} route={it.route:<7} results={it.results_n:<3} "

@@ -20,7 +20,7 @@ from ragloop.components.judging import (
 )
 from ragloop.components.prompts import evaluator_prompt
 from ragloop.components.questions import QuestionProfile, profile
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import LenientBool, ParseFailure, UnitScore, parse_llm_json
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import EvaluationResult
@@ -46,14 +46,19 @@ class LLMEvaluator:
     """Asks an LLM whether the answer is grounded in the chunks and complete.
 
     ``generate_fn`` is a function of the prompt (called with the prompt as its only positional
-    argument, sync or async) that returns the reply text, or a :class:`~ragloop.ChatModel`.
+    argument, sync or async) that returns the reply text, or a :class:`~ragloop.ChatModel`; a
+    callable is always called as a function, so ``MagicMock(return_value=reply)`` works as in
+    ragsnag's tests. ``model=`` names a chat model explicitly (the rule:
+    :func:`ragloop.core.calls.resolve_llm`).
     The reply is read tolerantly (code fences, prose around the JSON, ``"false"``, scores out of
     range, ...). A reply that still cannot be read gives score 0.0, ``is_grounded=False``,
     ``parse_failed=True`` and the reply itself in ``reason``, and the loop goes on.
     """
 
-    def __init__(self, generate_fn: GenerateFn | ChatModel) -> None:
-        self.generate_fn = generate_fn
+    def __init__(
+        self, generate_fn: GenerateFn | ChatModel | None = None, *, model: ChatModel | None = None
+    ) -> None:
+        self.generate_fn = resolve_llm(generate_fn, model, owner="LLMEvaluator")
 
     async def aevaluate(self, query: str, chunks: list[Chunk], answer: str) -> EvaluationResult:
         prompt = evaluator_prompt(query, chunks, answer)

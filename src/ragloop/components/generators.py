@@ -30,7 +30,7 @@ from ragloop.components.extractive import (
 from ragloop.components.judging import AnswerJudge, answer_probability
 from ragloop.components.prompts import generator_prompt
 from ragloop.components.text import content_stems
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, UnitScore, parse_llm_json
 from ragloop.core.protocols import ChatModel
@@ -132,12 +132,16 @@ class LLMGenerator:
     """Asks a model for a short answer with ``[n]`` citations and a confidence.
 
     ``generate_fn`` is a function of the prompt (sync or async) or a
-    :class:`~ragloop.ChatModel`. A reply that is not the expected JSON is taken as the answer
-    itself, with confidence 0.5. Citations are resolved into a ``Sources:`` line.
+    :class:`~ragloop.ChatModel`; ``model=`` names a chat model explicitly (see
+    :func:`ragloop.core.calls.resolve_llm` for the rule). A reply that is not the expected JSON
+    is taken as the answer itself, with confidence 0.5. Citations are resolved into a
+    ``Sources:`` line.
     """
 
-    def __init__(self, generate_fn: GenerateFn | ChatModel) -> None:
-        self.generate_fn = generate_fn
+    def __init__(
+        self, generate_fn: GenerateFn | ChatModel | None = None, *, model: ChatModel | None = None
+    ) -> None:
+        self.generate_fn = resolve_llm(generate_fn, model, owner="LLMGenerator")
 
     async def agenerate(self, query: str, chunks: list[Chunk]) -> GeneratorOutput:
         reply = await ask_text(self.generate_fn, generator_prompt(query, chunks), role="generator")

@@ -21,7 +21,7 @@ from ragloop.components.corpus import chunk_text
 from ragloop.components.prompts import judge_prompt
 from ragloop.components.text import content_terms, is_number
 from ragloop.core.agent_records import GroundedSpan, Grounding, SpanSource, Verdict
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError, GroundingError
 from ragloop.core.jsonparse import ParseFailure, parse_llm_json
 from ragloop.core.protocols import ChatModel
@@ -91,15 +91,18 @@ class LLMJudgeGrounder:
     """One model call: verbatim atomic claims, each supported / unsupported / contradicted with
     the chunks cited. Score = supported claims / all non-empty claims.
 
-    ``model`` is a :class:`~ragloop.ChatModel` or a function of the prompt. Chunk numbers out of
+    ``generate_fn`` is a function of the prompt or a :class:`~ragloop.ChatModel`, ``model=`` a
+    chat model (the rule: :func:`ragloop.core.calls.resolve_llm`). Chunk numbers out of
     range are dropped; a claim that cannot be found in the answer counts in the score but has no
     span. An unreadable reply raises :class:`~ragloop.GroundingError`.
     """
 
     name = "llm_judge"
 
-    def __init__(self, model: ChatModel | GenerateFn) -> None:
-        self.model = model
+    def __init__(
+        self, generate_fn: GenerateFn | ChatModel | None = None, *, model: ChatModel | None = None
+    ) -> None:
+        self.model = resolve_llm(generate_fn, model, owner="LLMJudgeGrounder")
 
     async def aground(self, answer: str, chunks: list[Chunk], **opts: Any) -> Grounding:
         if not answer.strip():

@@ -177,6 +177,20 @@ all. When you are unsure where the answer lives, start broad and narrow down onc
         AGENT_DATA_RULE,
     ]
     constraint_lines = "\n".join(f"- {line}" for line in constraints)
+    offered = {t.name for t in tools}
+    finish = [
+        line
+        for tool, line in (
+            ("answer", "As soon as the chunks you have cover the question, call `answer`."),
+            (
+                "give_up",
+                "If a few honest attempts find nothing useful, call `give_up` and say what is "
+                "missing.",
+            ),
+        )
+        if tool in offered
+    ]
+    finish_lines = "\n".join(f"{n}. {line}" for n, line in enumerate(finish, 5))
     return f"""You are a research agent. You answer the user's question by searching a knowledge
 base with the tools below, then answering from what the searches found.
 
@@ -192,8 +206,7 @@ base with the tools below, then answering from what the searches found.
    between retrievers.
 4. If a search returns little that is relevant, refine the query (other words, a narrower or a
    broader angle) and search again.
-5. As soon as the chunks you have cover the question, call `answer`.
-6. If a few honest attempts find nothing useful, call `give_up` and say what is missing.
+{finish_lines}
 
 # When not to call tools
 

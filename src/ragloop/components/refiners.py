@@ -32,12 +32,17 @@ def _words(text: str) -> list[str]:
 
 def keyword(chunk_text: str, query: str) -> str:
     """Seed 003's refinement keyword: the longest word of more than four letters in
-    ``chunk_text`` that is not a stopword and not already in ``query`` ("" when there is none;
-    the first such word on ties). Words are lower-cased and stripped of punctuation."""
+    ``chunk_text`` that is not a stopword and not already in ``query`` ("" when there is none).
+    Words are lower-cased and stripped of punctuation.
+
+    On ties the *last* such word wins, as the lesson's Rust ``max_by_key`` returns the last of
+    equal maxima. One deliberate difference: lengths count characters, where Rust's ``len()``
+    counts UTF-8 bytes, so an accented word is not longer than the same word without accents.
+    """
     asked = set(_words(query))
     best = ""
     for word in _words(chunk_text):
-        if len(word) > 4 and word not in STOPWORDS and word not in asked and len(word) > len(best):
+        if len(word) > 4 and word not in STOPWORDS and word not in asked and len(word) >= len(best):
             best = word
     return best
 

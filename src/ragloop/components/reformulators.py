@@ -16,7 +16,7 @@ from ragloop.components.corpus import Corpus
 from ragloop.components.prompts import reformulator_prompt
 from ragloop.components.rewriting import rewrite, tried_queries
 from ragloop.components.text import normalize_query
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import LoopIteration, ReformulationOutput, ReformulationStrategy
@@ -142,14 +142,21 @@ class LLMReformulator:
     """Asks an LLM to pick a strategy and write new queries from the whole history.
 
     ``generate_fn`` is a function of the prompt (sync or async) or a
-    :class:`~ragloop.ChatModel`. A reply that cannot be read, that has no queries, or whose
-    queries were all tried already falls back to :class:`HeuristicReformulator` (the strategy
-    the LLM named if it named a valid one, else the keyword table's; given ``corpus``, it
-    consults the knowledge base), and the reasoning says so.
+    :class:`~ragloop.ChatModel`; ``model=`` names a chat model explicitly (the rule:
+    :func:`ragloop.core.calls.resolve_llm`). A reply that cannot be read, that has no queries,
+    or whose queries were all tried already falls back to :class:`HeuristicReformulator` (the
+    strategy the LLM named if it named a valid one, else the keyword table's; given ``corpus``,
+    it consults the knowledge base), and the reasoning says so.
     """
 
-    def __init__(self, generate_fn: GenerateFn | ChatModel, *, corpus: object = None) -> None:
-        self.generate_fn = generate_fn
+    def __init__(
+        self,
+        generate_fn: GenerateFn | ChatModel | None = None,
+        *,
+        model: ChatModel | None = None,
+        corpus: object = None,
+    ) -> None:
+        self.generate_fn = resolve_llm(generate_fn, model, owner="LLMReformulator")
         self.fallback = HeuristicReformulator(corpus)
 
     async def areformulate(

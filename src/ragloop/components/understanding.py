@@ -17,7 +17,7 @@ from pydantic import BaseModel, BeforeValidator
 from ragloop.components.prompts import understanding_prompt
 from ragloop.components.rewriting import split_clauses
 from ragloop.components.text import QUESTION_WORDS, entity_phrases, is_number, tokenize
-from ragloop.core.calls import GenerateFn, run_sync
+from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.protocols import ChatModel
@@ -137,12 +137,19 @@ class _UnderstandingReply(BaseModel):
 
 
 class LLMUnderstander:
-    """Understands a query with one model call: ``model`` is a chat model or a function of the
-    prompt (sync or async). A reply that cannot be read falls back to
+    """Understands a query with one model call: ``generate_fn`` is a function of the prompt (sync
+    or async) or a chat model, ``model=`` a chat model (the rule:
+    :func:`ragloop.core.calls.resolve_llm`). A reply that cannot be read falls back to
     :class:`HeuristicUnderstander`, and ``reason`` says so."""
 
-    def __init__(self, model: ChatModel | GenerateFn, *, glossary: Glossary | None = None) -> None:
-        self.model = model
+    def __init__(
+        self,
+        generate_fn: GenerateFn | ChatModel | None = None,
+        *,
+        model: ChatModel | None = None,
+        glossary: Glossary | None = None,
+    ) -> None:
+        self.model = resolve_llm(generate_fn, model, owner="LLMUnderstander")
         self.fallback = HeuristicUnderstander(glossary)
 
     async def aunderstand(self, query: str) -> UnderstoodQuery:

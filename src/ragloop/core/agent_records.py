@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, Field
 
 from ragloop.core.budget import BudgetSpend
 from ragloop.core.records import Chunk, Message, StopReason, Usage
@@ -107,11 +107,12 @@ class Grounding(BaseModel):
 class AgentResult(BaseModel):
     """The outcome of an :class:`~ragloop.AgentLoop` run. Runs never raise: failures end here.
 
+    - ``query``: the question asked (``question``, Arcana's name, reads the same);
     - ``answer``: the final answer, None when the run ended without one.
     - ``stop_reason`` (also ``terminated_by``): answered, gave_up, max_iterations, error or a
       budget stop.
     - ``iterations``: controller turns, the failing one included.
-    - ``tool_history``: every tool call, then the fallback synthesis if one ran.
+    - ``tool_history`` (also ``trace``): every tool call, then the fallback synthesis if one ran.
     - ``chunks``: the chunks gathered across searches, deduplicated by id, capped at
       ``chunk_cap``: the best-ranked first (a chunk's rank is its best position in any search).
     - ``shown_chunks``: every chunk whose text the controller was shown, in the order first
@@ -121,7 +122,7 @@ class AgentResult(BaseModel):
     - ``grounding``: None until :meth:`AgentLoop.ground` scores the answer.
     """
 
-    question: str
+    query: str = Field(validation_alias=AliasChoices("query", "question"))
     answer: str | None = None
     stop_reason: StopReason
     iterations: int = Field(default=0, ge=0)
@@ -139,3 +140,14 @@ class AgentResult(BaseModel):
     def terminated_by(self) -> StopReason:
         """Arcana's name for :attr:`stop_reason`."""
         return self.stop_reason
+
+    @property
+    def question(self) -> str:
+        """Arcana's name for :attr:`query`."""
+        return self.query
+
+    @property
+    def trace(self) -> list[ToolHistoryEntry]:
+        """The run's steps in order, as ``trace`` is on the other engines' results: here the
+        tool calls (:attr:`tool_history`)."""
+        return self.tool_history

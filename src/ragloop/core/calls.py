@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from ragloop.core.budget import record_usage
-from ragloop.core.errors import ComponentError
+from ragloop.core.errors import ComponentError, ConfigError
 from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Message, ModelResponse, Tool
 
@@ -105,7 +105,58 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 def is_chat_model(obj: object) -> bool:
-    return has_method(obj, "complete")
+    """The one rule for telling a chat model from a function, everywhere ragloop takes an LLM.
+
+    A callable is a function (of the prompt for a ``generate_fn``; of the messages and tools for
+    a controller), whatever other attributes it has: ragsnag's tests pass
+    ``MagicMock(return_value=reply)``, which also answers to ``complete``. Only an object that
+    is not callable and has ``complete()`` or ``acomplete()`` is a chat model, unless
+    :func:`resolve_llm` was told otherwise with ``model=``.
+    """
+    return not callable(obj) and has_method(obj, "complete")
+
+
+class _ExplicitChatModel:
+    """A callable chat model given as ``model=``: the rule would call it as a function, the
+    caller said it is a chat model. Forwards everything but the call."""
+
+    def __init__(self, model: object) -> None:
+        self.model = model
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+def resolve_llm(
+    generate_fn: GenerateFn | ChatModel | None, model: ChatModel | None, *, owner: str
+) -> GenerateFn | ChatModel:
+    """The LLM a component calls, from its ``generate_fn`` or its ``model=``; exactly one.
+
+    ``generate_fn`` follows :func:`is_chat_model`: a callable is called as a function of the
+    prompt; an object that is not callable is a chat model. ``model=`` is always a chat model
+    (it must have ``complete()`` or ``acomplete()``), even one that is also callable.
+    """
+    if (generate_fn is None) == (model is None):
+        raise ConfigError(
+            "generate_fn",
+            f"{owner} needs exactly one of generate_fn (a function of the prompt, or a chat "
+            "model) and model= (a chat model)",
+        )
+    if model is None:
+        if not callable(generate_fn) and not is_chat_model(generate_fn):
+            raise ConfigError(
+                "generate_fn",
+                f"{owner} takes a function of the prompt or a chat model with complete(); "
+                f"got {type(generate_fn).__name__}",
+            )
+        return cast("GenerateFn | ChatModel", generate_fn)
+    if not has_method(model, "complete"):
+        raise ConfigError(
+            "model",
+            f"{owner}: model= takes a chat model with complete() or acomplete(), got "
+            f"{type(model).__name__}; pass a function of the prompt as generate_fn",
+        )
+    return cast(ChatModel, _ExplicitChatModel(model)) if callable(model) else model
 
 
 # A chat model given as a plain function of the messages and the tools, sync or async.

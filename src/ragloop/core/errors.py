@@ -3,7 +3,9 @@
 Every exception ragloop raises on purpose derives from :class:`RagloopError`::
 
     RagloopError
-    ├── ConfigError          (also a ValueError)  a setting is out of range; the message names it
+    ├── ConfigError          (also a ValueError and a TypeError)  a setting is out of range, of
+    │                        the wrong type or unknown (a mistyped option name); the message
+    │                        names it. Every engine raises it for every bad setting.
     ├── ComponentError       a plugged-in component broke its contract (wrong return type, ...)
     ├── EmptyTraceError      (also a ValueError)  best_iteration of a run with no iteration
     ├── GroundingError       a grounder could not score an answer (an unreadable judge reply);
@@ -34,6 +36,8 @@ for a failing controller or tool either (a failing controller ends the run with
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from ragloop.core.records import StopReason
 
 
@@ -41,12 +45,39 @@ class RagloopError(Exception):
     """Base class of every error ragloop raises on purpose."""
 
 
-class ConfigError(RagloopError, ValueError):
-    """A configuration value is invalid. ``field`` names the offending setting."""
+class ConfigError(RagloopError, ValueError, TypeError):
+    """A setting is invalid: out of range, of the wrong type, or unknown. ``field`` names it.
+
+    One error type for every engine and option; it is also a ``TypeError`` (what Python raises
+    for an unexpected keyword argument) and a ``ValueError``, so code that caught either keeps
+    working.
+    """
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+def check_options(options: Mapping[str, object], known: Iterable[str], *, owner: str) -> None:
+    """Raise :class:`ConfigError` for an option name ``owner`` does not take, with the nearest
+    known name when there is one."""
+    names = sorted(known)
+    for name in options:
+        if name not in names:
+            import difflib  # only on the error path
+
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; it takes {', '.join(names)}"
+            raise ConfigError(name, f"{owner} has no option {name!r}{hint}")
+
+
+def check_query(query: object) -> str:
+    """The query a run was given, refused before any work when it is not a non-empty string."""
+    if not isinstance(query, str):
+        raise TypeError(f"query must be a string, got {type(query).__name__}")
+    if not query.strip():
+        raise ValueError("query must be a non-empty string")
+    return query
 
 
 class ComponentError(RagloopError):

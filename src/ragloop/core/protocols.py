@@ -86,10 +86,25 @@ class Grounder(Protocol):
 
 
 @runtime_checkable
-class QueryUnderstander(Protocol):
-    """Rewrites, decomposes and classifies a query before it is searched."""
+class UnderstoodQueryLike(Protocol):
+    """What a :class:`QueryUnderstander` may return (seed 004's protocol): any object with
+    ``rewritten`` (the text to search) and ``shape`` (a :class:`~ragloop.QueryShape`, or its
+    value or name), and optionally ``sub_queries``, ``hyde``, ``reason`` and ``by_model``, as
+    :class:`~ragloop.UnderstoodQuery` has them. A mapping with those keys will do as well."""
 
-    def understand(self, query: str) -> UnderstoodQuery: ...
+    @property
+    def rewritten(self) -> str: ...
+
+    @property
+    def shape(self) -> object: ...
+
+
+@runtime_checkable
+class QueryUnderstander(Protocol):
+    """Rewrites, decomposes and classifies a query before it is searched; returns a
+    :class:`~ragloop.UnderstoodQuery` or any :class:`UnderstoodQueryLike`."""
+
+    def understand(self, query: str) -> UnderstoodQuery | UnderstoodQueryLike: ...
 
 
 @runtime_checkable

@@ -119,6 +119,8 @@ class LoopResult(BaseModel):
     evaluator's score is ``best_iteration.evaluation.score``. When a budget, an error or the
     caller stops the run early, they come from the best iteration that finished (an empty answer
     with confidence 0 if none did), and ``error`` holds the message of an error stop.
+    ``iterations`` counts the iterations that finished, ``trace`` holds them, ``chunks`` are
+    those the answer was drawn from: the names every engine's result shares.
     """
 
     answer: str
@@ -130,6 +132,12 @@ class LoopResult(BaseModel):
     error: str | None = None
     budget_used: BudgetSpend = Field(default_factory=BudgetSpend)
     usage: Usage | None = None
+    run_id: str = ""
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        """The chunks the answer was drawn from: the best iteration's (none before one)."""
+        return self.best_iteration.chunks if self.trace else []
 
     @property
     def best_iteration(self) -> LoopIteration:

@@ -47,6 +47,16 @@ class Chunk(BaseModel):
             self.id = chunk_id(self.source, self.content)
         return self
 
+    @property
+    def chunk_id(self) -> str:
+        """Seed 004's name for :attr:`id`."""
+        return self.id
+
+    @property
+    def text(self) -> str:
+        """Seed 004's name for :attr:`content`."""
+        return self.content
+
 
 class ToolCall(BaseModel):
     """A model's request to call a tool. ``arguments`` is already parsed into a dict."""

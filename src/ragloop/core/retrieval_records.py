@@ -7,14 +7,18 @@ refiners, caches, cost estimators) share them, so they live on the bottom floor.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, SupportsIndex, overload
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import BaseModel, Field, ValidationError, computed_field, model_validator
 
 from ragloop.core.budget import BudgetSpend
-from ragloop.core.records import Chunk, StopReason
+from ragloop.core.errors import ComponentError
+from ragloop.core.jsonparse import lenient_enum
+from ragloop.core.records import Chunk, StopReason, Usage
 
 
 class QueryShape(StrEnum):
@@ -47,6 +51,43 @@ class UnderstoodQuery(BaseModel):
         """The texts to search: the sub-queries, or else the rewritten query."""
         return list(self.sub_queries) or [self.rewritten]
 
+    @classmethod
+    def of(cls, understood: object, query: str) -> UnderstoodQuery:
+        """An understanding of ``query`` from any object with the fields above (seed 004's
+        ``UnderstoodQueryLike`` is a protocol: a dataclass, a mapping or another package's
+        model will do). ``rewritten`` defaults to the query, ``shape`` may be a
+        :class:`QueryShape`, its value or name, or another enum with such a value or name;
+        the other fields keep their defaults when absent."""
+        if isinstance(understood, UnderstoodQuery):
+            return understood
+        read = understood.get if isinstance(understood, dict) else _attribute(understood)
+        shape = read("shape", None)
+        shape = getattr(shape, "value", shape) if shape is not None else QueryShape.HYBRID
+        if isinstance(shape, str):
+            shape = lenient_enum(QueryShape)(shape)
+        fields = {
+            "query": read("query", None) or query,
+            "rewritten": read("rewritten", None) or query,
+            "sub_queries": list(read("sub_queries", None) or []),
+            "shape": shape,
+            "hyde": read("hyde", None),
+            "reason": read("reason", None) or "",
+            "by_model": bool(read("by_model", False)),
+        }
+        try:
+            return cls.model_validate(fields)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"])
+            raise ComponentError(
+                f"understander returned {type(understood).__name__} whose {where} is unusable "
+                f"({problem['msg']}); expected the fields of ragloop.UnderstoodQuery"
+            ) from None
+
+
+def _attribute(value: object) -> Callable[[str, Any], Any]:
+    return lambda name, default: getattr(value, name, default)
+
 
 class CacheStats(BaseModel):
     """Embedding-cache lookups: hits, misses and the hit rate (0.0 before any lookup)."""
@@ -67,10 +108,20 @@ class CacheStats(BaseModel):
         return f"hits={self.hits} misses={self.misses} rate={self.rate:.2f}"
 
 
+class RouteDecision(BaseModel):
+    """How an iteration chose its search (seed 004's decision): the ``shape`` understood in its
+    first query and, in ``reason``, how that was decided and how the route followed from it."""
+
+    shape: QueryShape = QueryShape.HYBRID
+    reason: str = ""
+
+
 class RetrievalIteration(BaseModel):
     """One iteration of a :class:`~ragloop.RetrievalLoop` run.
 
     - ``index``: 0-based; ``query``: the iteration's queries joined with ``" | "``;
+    - ``chunks``: what the iteration retrieved (and the link graph added), best first, with
+      their text, source, metadata and score; ``decision``: its :class:`RouteDecision`;
     - ``route``: the search route used (``bm25``, ``dense``, ``hybrid``, or the retriever's own);
     - ``results_n``: distinct chunks retrieved; ``new_chunks_n``: those no earlier iteration had;
     - ``best_score``: the highest score retrieved (0.0 when nothing came back);
@@ -93,11 +144,53 @@ class RetrievalIteration(BaseModel):
     cache_hits: int = Field(ge=0)
     cache_misses: int = Field(ge=0)
     elapsed_ms: float = Field(ge=0.0)
+    chunks: list[Chunk] = Field(default_factory=list)
+    decision: RouteDecision = Field(default_factory=RouteDecision)
 
 
 def _share_of_later(iterations: Sequence[RetrievalIteration], flag: str) -> float:
     later = iterations[1:]
     return sum(bool(getattr(it, flag)) for it in later) / len(later) if later else 0.0
+
+
+class IterationCount(int):
+    """``RetrievalResult.iterations``: the number of iterations, as on every engine's result.
+
+    In earlier releases it was the list of iteration records (seed 004's ``iterations``), which is
+    now ``trace``. So that code written for the list keeps working, indexing, iterating and
+    ``len()`` still read the records, with a ``DeprecationWarning``.
+    """
+
+    _records: list[RetrievalIteration]
+
+    def __new__(cls, records: list[RetrievalIteration]) -> IterationCount:
+        count = super().__new__(cls, len(records))
+        count._records = records
+        return count
+
+    def _list(self) -> list[RetrievalIteration]:
+        warnings.warn(
+            "RetrievalResult.iterations is the number of iterations; the iteration records "
+            "are RetrievalResult.trace",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return self._records
+
+    @overload
+    def __getitem__(self, index: SupportsIndex) -> RetrievalIteration: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[RetrievalIteration]: ...
+    def __getitem__(
+        self, index: SupportsIndex | slice
+    ) -> RetrievalIteration | list[RetrievalIteration]:
+        return self._list()[index]
+
+    def __iter__(self) -> Iterator[RetrievalIteration]:
+        return iter(self._list())
+
+    def __len__(self) -> int:
+        return len(self._list())
 
 
 class RetrievalResult(BaseModel):
@@ -109,29 +202,46 @@ class RetrievalResult(BaseModel):
     question ranks a little lower), earlier discovery first on ties. ``cache_stats`` counts
     this run's embedding-cache lookups; ``budget_used`` what the run spent (tokens include the
     cost estimator's estimates); ``error`` the message of the failure that ended an
-    ``on_error="stop"`` run.
+    ``on_error="stop"`` run. ``iterations`` counts the iterations and ``trace`` holds their
+    records, as on the other engines' results (see :class:`IterationCount` for the old list).
     """
 
     query: str
     stop_reason: StopReason
-    iterations: list[RetrievalIteration] = Field(default_factory=list)
+    iterations: int = Field(default=0, ge=0)
+    trace: list[RetrievalIteration] = Field(default_factory=list)
     chunks: list[Chunk] = Field(default_factory=list)
     budget_used: BudgetSpend = Field(default_factory=BudgetSpend)
+    usage: Usage | None = None
     cache_stats: CacheStats = Field(default_factory=CacheStats)
     run_id: str = ""
     error: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _records_given_as_iterations(cls, data: Any) -> Any:
+        # a result saved by an earlier release holds its records in "iterations"
+        if isinstance(data, dict) and isinstance(data.get("iterations"), list):
+            data = {**data, "trace": data.get("trace") or data["iterations"]}
+            del data["iterations"]
+        return data
+
+    @model_validator(mode="after")
+    def _count(self) -> RetrievalResult:
+        self.iterations = IterationCount(self.trace)
+        return self
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def plan_reuse_rate(self) -> float:
         """Share of the iterations after the first whose earlier route plan still fitted."""
-        return _share_of_later(self.iterations, "plan_reused")
+        return _share_of_later(self.trace, "plan_reused")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def sticky_route_rate(self) -> float:
         """Share of the iterations after the first whose route was held from iteration 0."""
-        return _share_of_later(self.iterations, "sticky")
+        return _share_of_later(self.trace, "sticky")
 
 
 @dataclass(frozen=True)

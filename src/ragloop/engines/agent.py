@@ -27,15 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
-from ragloop.components.prompts import (
-    agent_answer_prompt,
-    agent_synthesis_prompt,
-    agent_system_prompt,
-)
+from ragloop.components.prompts import agent_answer_prompt, agent_synthesis_prompt
 from ragloop.core.agent_records import AgentResult, ToolHistoryEntry
 from ragloop.core.budget import Budget, BudgetTracker
 from ragloop.core.calls import (
@@ -45,13 +41,21 @@ from ragloop.core.calls import (
     run_sync,
     sync_calls_in_threads,
 )
-from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
+from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
 from ragloop.core.protocols import ChatModel, Retriever
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
+from ragloop.engines.agent_options import (
+    AgentLoopOptions,
+    SearchFn,
+    Synthesizer,
+    SystemPromptFn,
+    default_system_prompt,
+    renamed_question,
+    system_prompt_text,
+)
 from ragloop.engines.grounding import aground, ground
 from ragloop.engines.tools import (
     ANSWER,
-    BUILTIN_TOOLS,
     GIVE_UP,
     SEARCH,
     SHOWN_PER_SEARCH,
@@ -61,16 +65,13 @@ from ragloop.engines.tools import (
     builtin_tools,
     format_results,
     search_request,
+    tool_set,
 )
 from ragloop.observability import llm, otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
 
 logger = logging.getLogger("ragloop")
-
-Synthesizer = Callable[[list[Message]], "str | Awaitable[str]"]
-SearchFn = Callable[..., "list[Chunk] | Awaitable[list[Chunk]]"]
-
 
 # -- the loop -----------------------------------------------------------------------------------
 
@@ -93,11 +94,15 @@ class AgentLoop:
     for a guide. A loop holds no per-run state: one instance may serve concurrent runs.
 
     ``controller`` and ``answerer`` are :class:`~ragloop.ChatModel` s or functions of
-    ``(messages, tools)`` returning a :class:`~ragloop.ModelResponse`. ``search`` is a
-    retriever (``retrieve``/``aretrieve``) or a function ``search(query, *, limit,
-    collection=None, collections=None) -> list[Chunk]``. ``tools`` are extra
-    :class:`~ragloop.Tool` s with a ``callback``; ``synthesizer(messages) -> str`` overrides the
-    fallback synthesis call; ``system_prompt`` replaces the default prompt.
+    ``(messages, tools)`` returning a :class:`~ragloop.ModelResponse` (a callable is a function,
+    by ragloop's one rule). ``search`` is a retriever (``retrieve``/``aretrieve``) or a function
+    ``search(query, *, limit, collection=None, collections=None) -> list[Chunk]``;
+    ``search_opts`` are extra keyword arguments for every search. ``tools`` is the tool set
+    (see :func:`ragloop.engines.tools.tool_set`: built-ins may be replaced or removed; custom
+    :class:`~ragloop.Tool` s with a ``callback`` alone are added to the built-ins);
+    ``synthesizer(messages) -> str`` overrides the fallback synthesis call; ``system_prompt``
+    replaces the default prompt, as text or as a function of the options
+    (:meth:`default_system_prompt` is the default one).
     """
 
     def __init__(
@@ -111,10 +116,11 @@ class AgentLoop:
         chunk_cap: int = 30,
         fallback_synthesis: bool = True,
         synthesizer: Synthesizer | None = None,
-        tools: Sequence[Tool] | None = None,
-        system_prompt: str | None = None,
+        tools: Sequence[Tool | str] | None = None,
+        system_prompt: str | SystemPromptFn | None = None,
         budget: Budget | None = None,
         max_tool_calls_per_turn: int = 8,
+        search_opts: Mapping[str, Any] | None = None,
     ) -> None:
         self.controller = _chat(controller, "controller")
         self.answerer = None if answerer is None else _chat(answerer, "answerer")
@@ -129,31 +135,30 @@ class AgentLoop:
             raise ConfigError("synthesizer", "must be a function of the messages, or None")
         if budget is not None and not isinstance(budget, Budget):
             raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise ConfigError("system_prompt", "must be a string or None")
+        if system_prompt is not None and not (
+            isinstance(system_prompt, str) or callable(system_prompt)
+        ):
+            raise ConfigError(
+                "system_prompt", "must be a string, a function of the options, or None"
+            )
         self.fallback_synthesis = fallback_synthesis
         self.synthesizer = synthesizer
         self.budget = budget
         self.scope = CollectionScope.of(collections)
         self.search = search
-        self.backend = SearchBackend(search, self.scope)
-        self.custom_tools = self._check_tools(tools or [])
-        self.tools: list[Tool] = builtin_tools(self.scope) + list(self.custom_tools.values())
-        turns = min(self.max_iterations, budget.max_iter if budget and budget.max_iter else 10**9)
-        self.system_prompt = system_prompt or agent_system_prompt(
-            tools=self.tools,
-            collections=self.scope.choices,
-            max_iterations=turns,
-            max_tool_calls_per_turn=self.max_tool_calls_per_turn,
-            budget=budget,
+        self.backend = SearchBackend(search, self.scope, search_opts)
+        self.tools, self.custom_tools = tool_set(tools, self.scope)
+        self._default_prompt = system_prompt is None
+        self.system_prompt: str | SystemPromptFn = system_prompt or default_system_prompt(
+            self.prompt_options(budget)
         )
 
     @classmethod
-    def offline(cls, kb_or_retriever: Any, **options: Any) -> AgentLoop:
+    def offline(cls, kb_or_retriever: Any, **options: Unpack[AgentLoopOptions]) -> AgentLoop:
         """An agent loop that needs no model, over a :class:`~ragloop.KnowledgeBase` or a
-        retriever: :class:`~ragloop.OfflineController` drives it. ``options`` go to
-        ``AgentLoop`` (``max_iterations=``, ``collections=``, ...). See
-        :func:`ragloop.offline.agent_loop`."""
+        retriever: :class:`~ragloop.OfflineController` drives it. ``options``
+        (:class:`AgentLoopOptions`) are ``AgentLoop``'s (``max_iterations=``,
+        ``collections=``, ...) and ``model=``. See :func:`ragloop.offline.agent_loop`."""
         # The wiring lives in ragloop.offline, a floor above the engines; importing it here,
         # at call time, keeps this module depending on protocols only.
         from ragloop.offline import agent_loop
@@ -161,17 +166,29 @@ class AgentLoop:
         return agent_loop(kb_or_retriever, **options)
 
     @staticmethod
-    def _check_tools(tools: Sequence[Tool]) -> dict[str, Tool]:
-        custom: dict[str, Tool] = {}
-        for tool in tools:
-            if not isinstance(tool, Tool):
-                raise ConfigError("tools", f"must be ragloop.Tool objects, got {tool!r}")
-            if tool.name in BUILTIN_TOOLS or tool.name in custom:
-                raise ConfigError("tools", f"tool name {tool.name!r} is already taken")
-            if tool.callback is None:
-                raise ConfigError("tools", f"tool {tool.name!r} has no callback")
-            custom[tool.name] = tool
-        return custom
+    def default_tools(collections: str | Sequence[str] | None = None) -> list[Tool]:
+        """The built-in tools, ``search`` shaped by ``collections`` (Arcana's
+        ``Tools.default``): a start for a ``tools=`` list that replaces or removes some."""
+        return builtin_tools(CollectionScope.of(collections))
+
+    def prompt_options(self, budget: Budget | None, query: str | None = None) -> dict[str, Any]:
+        """What a ``system_prompt`` function is given: ``query`` (None when the prompt is
+        written before a run), ``tools``, ``collections`` (those the controller picks from,
+        else None), ``max_iterations`` (the turns a run may take, the budget's when lower),
+        ``max_tool_calls_per_turn``, ``chunk_cap`` and ``budget``."""
+        cap = budget.max_iter if budget is not None and budget.max_iter is not None else None
+        return {
+            "query": query,
+            "tools": list(self.tools),
+            "collections": self.scope.choices,
+            "max_iterations": self.max_iterations if cap is None else min(self.max_iterations, cap),
+            "max_tool_calls_per_turn": self.max_tool_calls_per_turn,
+            "chunk_cap": self.chunk_cap,
+            "budget": budget,
+        }
+
+    # the default system prompt, written from prompt_options(): a start for your own
+    default_system_prompt = staticmethod(default_system_prompt)
 
     @property
     def collections(self) -> list[str] | None:
@@ -182,23 +199,32 @@ class AgentLoop:
     ground = staticmethod(ground)
     aground = staticmethod(aground)
 
-    def run(self, question: str) -> AgentResult:
+    def run(
+        self, query: str | None = None, *, budget: Budget | None = None, question: str | None = None
+    ) -> AgentResult:
         """Run the loop to an answer, a give-up or a stop. Never raises for a failing model or
-        tool; sync components run inline."""
-        return run_sync(lambda: self._run(question, in_threads=False))
+        tool; sync components run inline. ``budget`` replaces the loop's for this run;
+        ``question=`` is the old name of ``query`` (deprecated)."""
+        query = renamed_question(query, question)
+        return run_sync(lambda: self._run(query, budget, in_threads=False))
 
-    async def arun(self, question: str) -> AgentResult:
+    async def arun(
+        self, query: str | None = None, *, budget: Budget | None = None, question: str | None = None
+    ) -> AgentResult:
         """Async :meth:`run`: sync components run in worker threads, and the searches of one
         turn run concurrently."""
-        return await self._run(question, in_threads=True)
+        return await self._run(renamed_question(query, question), budget, in_threads=True)
 
-    async def _run(self, question: str, *, in_threads: bool) -> AgentResult:
-        if not isinstance(question, str):
-            raise TypeError(f"question must be a string, got {type(question).__name__}")
-        if not question.strip():
-            raise ValueError("question must be a non-empty string")
+    async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> AgentResult:
+        check_query(query)
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        budget = self.budget if budget is None else budget
         telemetry = RunTelemetry("agent", span_kind="AGENT", tools=self.tools)
-        run = _AgentRun(self, question, telemetry)
+        # the default prompt mentions the budget: a run with its own gets its own prompt
+        given = default_system_prompt if self._default_prompt else self.system_prompt
+        prompt = await system_prompt_text(given, self.prompt_options(budget, query))
+        run = _AgentRun(self, query, telemetry, budget, prompt)
         started = telemetry.active(
             attributes={
                 "max_iterations": self.max_iterations,
@@ -206,7 +232,7 @@ class AgentLoop:
                 "chunk_cap": self.chunk_cap,
                 "collections": self.collections,
             },
-            content={"question": question},
+            content={"question": query},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
             return await run.execute()
@@ -229,13 +255,21 @@ class _Step:
 class _AgentRun:
     """The state of one run: conversation, history, gathered chunks, budget tracker."""
 
-    def __init__(self, loop: AgentLoop, question: str, telemetry: RunTelemetry) -> None:
+    def __init__(
+        self,
+        loop: AgentLoop,
+        question: str,
+        telemetry: RunTelemetry,
+        budget: Budget | None,
+        system_prompt: str,
+    ) -> None:
         self.loop = loop
         self.question = question
         self.telemetry = telemetry
-        self.tracker = BudgetTracker(loop.budget)
+        self.tracker = BudgetTracker(budget)
+        self.offered = {tool.name for tool in loop.tools}
         self.messages = [
-            Message(role="system", content=loop.system_prompt),
+            Message(role="system", content=system_prompt),
             Message(role="user", content=question),
         ]
         self.history: list[ToolHistoryEntry] = []
@@ -254,7 +288,7 @@ class _AgentRun:
             await self._synthesize()
         chunks = sorted(self.found.values(), key=lambda c: self.rank[c.id])
         result = AgentResult(
-            question=self.question,
+            query=self.question,
             answer=self.answer,
             stop_reason=reason,
             iterations=self.iterations,
@@ -361,7 +395,9 @@ class _AgentRun:
 
     def _plan(self, step: _Step, keys: set[tuple[str, str | None]]) -> None:
         name, args = step.call.name, step.call.arguments
-        if name == ANSWER:
+        if name not in self.offered:
+            step.failed, step.summary = True, f"Unknown tool: {name}"
+        elif name == ANSWER:
             text = args.get("text")
             if isinstance(text, str) and text.strip():
                 step.ends, step.text, step.summary = StopReason.ANSWERED, text, "Answered."
@@ -387,10 +423,8 @@ class _AgentRun:
             else:
                 keys.add(request.key)
                 step.request = request
-        elif name in self.loop.custom_tools:
-            step.tool = self.loop.custom_tools[name]
         else:
-            step.failed, step.summary = True, f"Unknown tool: {name}"
+            step.tool = self.loop.custom_tools[name]
 
     async def _execute(self, step: _Step) -> None:
         """Run a search or a custom tool; any failure but a budget stop becomes its summary."""

@@ -26,13 +26,20 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from ragloop.components.text import normalize_query
 from ragloop.core.budget import Budget, BudgetTracker
-from ragloop.core.calls import call, has_method, method, run_sync, sync_calls_in_threads
-from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
-from ragloop.core.protocols import Evaluator, Generator, Reformulator, Retriever
+from ragloop.core.calls import (
+    GenerateFn,
+    call,
+    has_method,
+    method,
+    run_sync,
+    sync_calls_in_threads,
+)
+from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
+from ragloop.core.protocols import ChatModel, Evaluator, Generator, Reformulator, Retriever
 from ragloop.core.rag_records import (
     EvaluationResult,
     GeneratorOutput,
@@ -106,6 +113,26 @@ class LoopConfig:
             raise ConfigError("stop_on_repeat", "must be True or False")
 
 
+class RAGLoopOptions(TypedDict, total=False):
+    """The keyword options of :meth:`RAGLoop.offline`: the fields of :class:`LoopConfig` (or a
+    whole ``config=``), ``model=`` (the LLM components instead of the offline ones), or a
+    component to use instead of the default one. An unknown name is a ``ConfigError``."""
+
+    model: ChatModel | GenerateFn | None
+    config: LoopConfig
+    generator: Generator
+    evaluator: Evaluator
+    reformulator: Reformulator
+    max_iterations: int
+    confidence_threshold: float
+    top_k: int
+    on_iteration: OnIteration | None
+    budget: Budget | None
+    on_error: Literal["raise", "stop"]
+    stop_on_repeat: bool
+    max_sub_queries: int
+
+
 _ROLES = {
     "retrieve": "retriever",
     "generate": "generator",
@@ -135,12 +162,13 @@ class RAGLoop:
             (reformulator, "reformulate", "reformulator"),
         ):
             if not has_method(component, name):
-                raise TypeError(
+                raise ConfigError(
+                    role,
                     f"{role} must have a {name}() or a{name}() method; "
-                    f"got {type(component).__name__}"
+                    f"got {type(component).__name__}",
                 )
         if config is not None and not isinstance(config, LoopConfig):
-            raise TypeError(f"config must be a LoopConfig, got {type(config).__name__}")
+            raise ConfigError("config", f"must be a LoopConfig, got {type(config).__name__}")
         self.retriever = retriever
         self.generator = generator
         self.evaluator = evaluator
@@ -148,34 +176,33 @@ class RAGLoop:
         self.config = config or LoopConfig()
 
     @classmethod
-    def offline(cls, kb_or_retriever: Any, **config: Any) -> RAGLoop:
+    def offline(cls, kb_or_retriever: Any, **options: Unpack[RAGLoopOptions]) -> RAGLoop:
         """A loop that needs no LLM, over a :class:`~ragloop.KnowledgeBase` or a retriever:
         :class:`~ragloop.ExtractiveGenerator`, :class:`~ragloop.HeuristicEvaluator` and
-        :class:`~ragloop.HeuristicReformulator`, consulting the knowledge base. ``config``
-        holds :class:`LoopConfig` fields, or replaces a component (``generator=``, ...).
-        See :func:`ragloop.offline.rag_loop`."""
+        :class:`~ragloop.HeuristicReformulator`, consulting the knowledge base. ``options``
+        (:class:`RAGLoopOptions`) hold :class:`LoopConfig` fields, ``model=``, or replace a
+        component (``generator=``, ...). See :func:`ragloop.offline.rag_loop`."""
         # The wiring lives in ragloop.offline, a floor above the engines; importing it here,
         # at call time, keeps this module depending on protocols only.
         from ragloop.offline import rag_loop
 
-        return rag_loop(kb_or_retriever, **config)
+        return rag_loop(kb_or_retriever, **options)
 
-    def run(self, query: str) -> LoopResult:
+    def run(self, query: str, *, budget: Budget | None = None) -> LoopResult:
         """Run the loop to convergence, exhaustion or a stop. Blocks; sync components run
-        inline, in the calling thread's order."""
-        return run_sync(lambda: self._run(query, in_threads=False))
+        inline, in the calling thread's order. ``budget`` replaces the config's for this run."""
+        return run_sync(lambda: self._run(query, budget, in_threads=False))
 
-    async def arun(self, query: str) -> LoopResult:
+    async def arun(self, query: str, *, budget: Budget | None = None) -> LoopResult:
         """Async :meth:`run`: sync components run in worker threads, sub-queries concurrently."""
-        return await self._run(query, in_threads=True)
+        return await self._run(query, budget, in_threads=True)
 
-    async def _run(self, query: str, *, in_threads: bool) -> LoopResult:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be a string, got {type(query).__name__}")
-        if not query.strip():
-            raise ValueError("query must be a non-empty string")
+    async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> LoopResult:
+        check_query(query)
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
         telemetry = RunTelemetry("rag", span_kind="CHAIN")
-        run = _Run(self, query, telemetry)
+        run = _Run(self, query, telemetry, self.config.budget if budget is None else budget)
         started = telemetry.active(
             attributes={
                 "max_iterations": self.config.max_iterations,
@@ -195,12 +222,14 @@ class _RepeatStop(Exception):
 class _Run:
     """The state of one run: history, best iteration, query cache, budget tracker."""
 
-    def __init__(self, loop: RAGLoop, query: str, telemetry: RunTelemetry) -> None:
+    def __init__(
+        self, loop: RAGLoop, query: str, telemetry: RunTelemetry, budget: Budget | None
+    ) -> None:
         self.loop = loop
         self.telemetry = telemetry
         self.config = loop.config
         self.query = query
-        self.tracker = BudgetTracker(self.config.budget)
+        self.tracker = BudgetTracker(budget)
         self.history: list[LoopIteration] = []
         self.best: LoopIteration | None = None
         self.cache: dict[str, list[Chunk]] = {}
@@ -379,6 +408,7 @@ class _Run:
             error=error,
             budget_used=self.tracker.spend,
             usage=self.tracker.usage,
+            run_id=self.telemetry.run_id,
         )
         self.telemetry.finish(
             stop_reason=reason,

@@ -25,14 +25,15 @@ event (and structured log record) per iteration, a span per retrieval.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
 from ragloop.core.budget import Budget
-from ragloop.core.calls import has_method, run_sync, sync_calls_in_threads
-from ragloop.core.errors import ConfigError
+from ragloop.core.calls import GenerateFn, has_method, run_sync, sync_calls_in_threads
+from ragloop.core.errors import ConfigError, check_query
 from ragloop.core.protocols import (
+    ChatModel,
     CostEstimator,
     EmbeddingCache,
     QueryRefiner,
@@ -46,7 +47,7 @@ from ragloop.observability import otel
 from ragloop.observability.run import RunTelemetry
 
 if TYPE_CHECKING:
-    from ragloop.retrieval.knowledge_base import KnowledgeBase
+    from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 
 
 def _count(value: object, name: str, minimum: int) -> None:
@@ -72,7 +73,8 @@ class RetrievalLoopConfig:
       retriever or router, and keeps to its collections and filters);
     - ``on_error``: ``"raise"`` lets a component's exception propagate (with a note naming the
       step); ``"stop"`` ends the run with ``StopReason.ERROR``, the evidence gathered so far and
-      the message in ``RetrievalResult.error``.
+      the message in ``RetrievalResult.error``;
+    - ``budget``: the :class:`~ragloop.Budget` of every run that is not given its own.
     """
 
     max_iterations: int = 5
@@ -82,6 +84,7 @@ class RetrievalLoopConfig:
     allow_route_switch: bool = False
     follow_links: int = 0
     on_error: Literal["raise", "stop"] = "raise"
+    budget: Budget | None = None
 
     def __post_init__(self) -> None:
         _count(self.max_iterations, "max_iterations", 1)
@@ -102,6 +105,27 @@ class RetrievalLoopConfig:
             raise ConfigError("allow_route_switch", "must be True or False")
         if self.on_error not in ("raise", "stop"):
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
+        if self.budget is not None and not isinstance(self.budget, Budget):
+            raise ConfigError("budget", f"must be a ragloop.Budget, got {self.budget!r}")
+
+
+class RetrievalLoopOptions(TypedDict, total=False):
+    """The keyword options of :meth:`RetrievalLoop.offline`: the fields of
+    :class:`RetrievalLoopConfig` (or a whole ``config=``), a ``glossary`` for the understander,
+    and ``model=`` (an LLM understander instead of the heuristic one). An unknown name is a
+    ``ConfigError``."""
+
+    model: ChatModel | GenerateFn | None
+    glossary: Mapping[str, str | Sequence[str]] | None
+    config: RetrievalLoopConfig
+    max_iterations: int
+    min_new_chunks_per_iter: int
+    top_k: int
+    improvement_threshold: float | None
+    allow_route_switch: bool
+    follow_links: int
+    on_error: Literal["raise", "stop"]
+    budget: Budget | None
 
 
 _COMPONENTS = (
@@ -135,12 +159,15 @@ class RetrievalLoop:
         cost_estimator: CostEstimator | None = None,
     ) -> None:
         if not has_method(retriever, "retrieve"):
-            raise TypeError(
+            raise ConfigError(
+                "retriever",
                 f"retriever must have a retrieve() or aretrieve() method; "
-                f"got {type(retriever).__name__}"
+                f"got {type(retriever).__name__}",
             )
         if config is not None and not isinstance(config, RetrievalLoopConfig):
-            raise TypeError(f"config must be a RetrievalLoopConfig, got {type(config).__name__}")
+            raise ConfigError(
+                "config", f"must be a RetrievalLoopConfig, got {type(config).__name__}"
+            )
         given = {
             "understander": understander,
             "router": router,
@@ -151,8 +178,8 @@ class RetrievalLoop:
         for role, name in _COMPONENTS:
             component = given[role]
             if component is not None and not has_method(component, name):
-                raise TypeError(
-                    f"{role} must have a {name}() method; got {type(component).__name__}"
+                raise ConfigError(
+                    role, f"{role} must have a {name}() method; got {type(component).__name__}"
                 )
         self.retriever = retriever
         self.config = config or RetrievalLoopConfig()
@@ -163,14 +190,17 @@ class RetrievalLoop:
         self.cost_estimator = cost_estimator
 
     @classmethod
-    def offline(cls, kb: KnowledgeBase, **config: Any) -> RetrievalLoop:
+    def offline(
+        cls, kb: KnowledgeBase | KnowledgeBaseRetriever, **options: Unpack[RetrievalLoopOptions]
+    ) -> RetrievalLoop:
         """The loop wired with the best offline components for ``kb`` (see
-        :func:`ragloop.offline_retrieval.offline_retrieval_loop`); ``config`` holds
-        :class:`RetrievalLoopConfig` fields."""
+        :func:`ragloop.offline_retrieval.offline_retrieval_loop`); ``options``
+        (:class:`RetrievalLoopOptions`) hold :class:`RetrievalLoopConfig` fields, ``glossary=``
+        and ``model=``."""
         # the wiring lives a floor up; imported here so engines stay free of it until asked
         from ragloop.offline_retrieval import offline_retrieval_loop
 
-        return offline_retrieval_loop(kb, **config)
+        return offline_retrieval_loop(kb, **options)
 
     def run(
         self,
@@ -188,6 +218,7 @@ class RetrievalLoop:
         ``should_continue(history)`` False stops (None is no opinion); both may be async, and
         an exception in either is raised as :class:`~ragloop.RetrievalLoopError`.
         ``sub_queries`` are the queries of iterations 1, 2, ... before any refinement.
+        ``budget`` replaces the config's for this run.
         """
         return run_sync(
             lambda: self._run(
@@ -219,12 +250,10 @@ class RetrievalLoop:
         *,
         in_threads: bool,
     ) -> RetrievalResult:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be a string, got {type(query).__name__}")
-        if not query.strip():
-            raise ValueError("query must be a non-empty string")
+        check_query(query)
         if budget is not None and not isinstance(budget, Budget):
             raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        budget = self.config.budget if budget is None else budget
         for name, fn in (("refine_query", refine_query), ("should_continue", should_continue)):
             if fn is not None and not callable(fn):
                 raise ConfigError(name, "must be callable or None")

@@ -20,6 +20,7 @@ from ragloop.core.retrieval_records import (
     RefineContext,
     RetrievalIteration,
     RetrievalResult,
+    RouteDecision,
     UnderstoodQuery,
 )
 from ragloop.observability import otel
@@ -155,7 +156,7 @@ class Run:
     ) -> tuple[RetrievalIteration, list[Chunk], list[Chunk]]:
         started = time.perf_counter()
         plans = await self._understand(queries)
-        route, plan_reused, sticky = await self._route(index, plans[0])
+        route, plan_reused, sticky, why = await self._route(index, plans[0])
         searches = _searches(plans)
         hits, misses = await self._embed(route, searches)
         self.step = "router" if self.loop.router is not None else "retriever"
@@ -167,6 +168,8 @@ class Run:
         self._gather(index, rankings)
         linked = await self._follow_links(index, new_chunks)
         new_chunks += linked
+        retrieved_ids = {c.id for c in last_chunks}
+        retrieved = last_chunks + [c for c in linked if c.id not in retrieved_ids]
         self.tried.update(normalize_query(q) for q in queries)
         self.tried.update(normalize_query(s.text) for s in searches)
         self.cache = self.cache + CacheStats(hits=hits, misses=misses)
@@ -182,6 +185,8 @@ class Run:
             cache_hits=hits,
             cache_misses=misses,
             elapsed_ms=round((time.perf_counter() - started) * 1000.0, 3),
+            chunks=retrieved,
+            decision=RouteDecision(shape=plans[0].shape, reason=why),
         )
         self.plans = plans
         return it, last_chunks, new_chunks
@@ -193,12 +198,8 @@ class Run:
         self.step = "understander"
         understand = method(understander, "understand", "understander")
         before = self.tracker.usage
-        plans = await self.tracker.bounded(_gather(*(call(understand, q) for q in queries)))
-        for plan in plans:
-            if not isinstance(plan, UnderstoodQuery):
-                raise ComponentError(
-                    f"understander returned {type(plan).__name__}; expected ragloop.UnderstoodQuery"
-                )
+        given = await self.tracker.bounded(_gather(*(call(understand, q) for q in queries)))
+        plans = [UnderstoodQuery.of(plan, q) for plan, q in zip(given, queries, strict=True)]
         by_model = [p for p in plans if p.by_model]
         await self._estimate(
             "understand",
@@ -208,22 +209,27 @@ class Run:
         )
         return plans
 
-    async def _route(self, index: int, plan: UnderstoodQuery) -> tuple[str, bool, bool]:
-        """(route, plan_reused, sticky) of an iteration."""
+    async def _route(self, index: int, plan: UnderstoodQuery) -> tuple[str, bool, bool, str]:
+        """(route, plan_reused, sticky, reason) of an iteration."""
         router = self.loop.router
         self.step = "router"
+        understood = f"shape={plan.shape.value}" + (f" ({plan.reason})" if plan.reason else "")
         if router is None:
             fresh = str(getattr(self.loop.retriever, "mode", None) or "default")
+            picked = f"the retriever searches by {fresh}"
         else:
             fresh = await call(method(router, "route", "router"), plan)
             if not isinstance(fresh, str) or not fresh:
                 raise ComponentError(f"router returned {fresh!r}; expected a route name")
+            picked = f"the router picked {fresh}"
         if index == 0 or self.first_route is None:
             self.first_route = fresh
-            return fresh, False, False
+            return fresh, False, False, f"{understood}; {picked}"
         sticky = not self.config.allow_route_switch
         route = self.first_route if sticky else fresh
-        return route, fresh == self.history[-1].route, sticky
+        if sticky:
+            picked += f"; {route} held from iteration 0 (sticky)"
+        return route, fresh == self.history[-1].route, sticky, f"{understood}; {picked}"
 
     async def _embed(self, route: str, searches: list[_Search]) -> tuple[int, int]:
         """Fill each search's query vector when the route needs one: from the cache, else
@@ -389,9 +395,10 @@ class Run:
             query=self.query,
             stop_reason=reason,
             error=error,
-            iterations=self.history,
+            trace=self.history,
             chunks=chunks,
             budget_used=self.tracker.spend,
+            usage=self.tracker.usage,
             cache_stats=self.cache,
             run_id=self.telemetry.run_id,
         )
@@ -431,7 +438,11 @@ class Run:
                 "cache_misses": it.cache_misses,
                 "elapsed_ms": it.elapsed_ms,
             },
-            content={"queries": queries, "understanding": [p.reason for p in self.plans]},
+            content={
+                "queries": queries,
+                "understanding": [p.reason for p in self.plans],
+                "decision_reason": it.decision.reason,
+            },
         )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +178,77 @@ def builtin_tools(scope: CollectionScope) -> list[Tool]:
     ]
 
 
+def tool_set(
+    tools: Sequence[Tool | str] | None, scope: CollectionScope
+) -> tuple[list[Tool], dict[str, Tool]]:
+    """The tools a loop offers its controller, and the custom ones among them by name.
+
+    ``None`` is the three built-ins. A list that names a built-in (as a string, or as a
+    :class:`~ragloop.Tool` without a callback, e.g. from ``AgentLoop.default_tools()``) is the
+    whole set, as Arcana's ``tools:`` is: built-ins left out are removed, and a built-in given as
+    a Tool keeps its schema (shaped by the collections) with the description given. A list that
+    names none adds its tools to the built-ins. A set with neither ``answer`` nor ``give_up``
+    gives the controller no tool to end the loop with, and is refused.
+    """
+    builtins = {tool.name: tool for tool in builtin_tools(scope)}
+    if tools is None:
+        return list(builtins.values()), {}
+    if isinstance(tools, str | Tool):
+        raise ConfigError("tools", "must be a list of tools")
+    given = list(tools)
+    if not any(_builtin_name(tool) for tool in given):
+        given = [*builtins.values(), *given]
+    chosen: dict[str, Tool] = {}
+    custom: dict[str, Tool] = {}
+    for item in given:
+        name = _builtin_name(item)
+        if name is not None:
+            tool = builtins[name]
+            if isinstance(item, Tool) and item.description:
+                tool = tool.model_copy(update={"description": item.description})
+        elif isinstance(item, Tool):
+            if item.name in BUILTIN_TOOLS:
+                raise ConfigError(
+                    "tools",
+                    f"{item.name!r} is built in and takes no callback (to search another way, "
+                    "pass search=; custom tools need names of their own)",
+                )
+            if item.callback is None:
+                raise ConfigError("tools", f"tool {item.name!r} has no callback")
+            tool = custom[item.name] = item
+        else:
+            raise ConfigError(
+                "tools",
+                f"must be ragloop.Tool objects or the names {sorted(BUILTIN_TOOLS)}, got {item!r}",
+            )
+        if tool.name in chosen:
+            raise ConfigError("tools", f"tool name {tool.name!r} is already taken")
+        chosen[tool.name] = tool
+    if ANSWER not in chosen and GIVE_UP not in chosen:
+        raise ConfigError(
+            "tools",
+            "the set has neither answer nor give_up, so the controller could never end the "
+            "loop; keep at least one of them",
+        )
+    return list(chosen.values()), custom
+
+
+def _builtin_name(item: object) -> str | None:
+    """The built-in a ``tools`` entry selects (a name, or a Tool of that name with no
+    callback), else None."""
+    if isinstance(item, str):
+        if item not in BUILTIN_TOOLS:
+            raise ConfigError(
+                "tools",
+                f"{item!r} is not a built-in tool ({', '.join(sorted(BUILTIN_TOOLS))}); give "
+                "other tools as ragloop.Tool with a callback",
+            )
+        return item
+    if isinstance(item, Tool) and item.name in BUILTIN_TOOLS and item.callback is None:
+        return item.name
+    return None
+
+
 # -- search arguments ---------------------------------------------------------------------------
 
 
@@ -240,9 +311,14 @@ def _accepts(fn: Callable[..., Any], name: str) -> bool:
 
 class SearchBackend:
     """Runs searches on a retriever (``retrieve(query, top_k)`` / ``aretrieve``) or a function
-    ``search(query, *, limit, collection=None, collections=None)``, inside the scope."""
+    ``search(query, *, limit, collection=None, collections=None)``, inside the scope.
 
-    def __init__(self, search: object, scope: CollectionScope) -> None:
+    ``options`` (Arcana's ``search_opts``) are passed to every search as keyword arguments; they
+    may set the limit, never the collections (the scope decides those)."""
+
+    def __init__(
+        self, search: object, scope: CollectionScope, options: Mapping[str, Any] | None = None
+    ) -> None:
         if has_method(search, "retrieve"):
             self.fn = method(search, "retrieve", "retriever")
             self.limit_name = "top_k"
@@ -250,9 +326,10 @@ class SearchBackend:
             self.fn = search
             self.limit_name = "limit"
         else:
-            raise TypeError(
+            raise ConfigError(
+                "search",
                 "search must be a retriever (retrieve/aretrieve) or a function "
-                f"search(query, *, limit, collection=None, collections=None); got {type(search)}"
+                f"search(query, *, limit, collection=None, collections=None); got {type(search)}",
             )
         needed: list[str] = []
         if scope.allowed:
@@ -264,11 +341,25 @@ class SearchBackend:
                     f"the search {getattr(self.fn, '__qualname__', self.fn)!r} takes no "
                     f"{name}= argument, so it cannot be scoped to collections",
                 )
+        if options is not None and not isinstance(options, Mapping):
+            raise ConfigError(
+                "search_opts", f"must be a mapping of keyword arguments, got {options!r}"
+            )
+        self.options = dict(options or {})
+        for name in self.options:
+            if name in ("collection", "collections"):
+                raise ConfigError("search_opts", f"{name} is set by collections=, not here")
+            if not isinstance(name, str) or not _accepts(self.fn, name):
+                raise ConfigError(
+                    "search_opts",
+                    f"the search {getattr(self.fn, '__qualname__', self.fn)!r} takes no "
+                    f"{name}= argument",
+                )
 
     async def __call__(self, request: SearchRequest) -> list[Chunk]:
         if request.target.nothing:
             return []
-        kwargs = {self.limit_name: request.limit, **request.target.kwargs()}
+        kwargs = {self.limit_name: request.limit, **self.options, **request.target.kwargs()}
         found = await call(self.fn, request.query, **kwargs)
         if not isinstance(found, list | tuple) or not all(isinstance(c, Chunk) for c in found):
             raise ComponentError(

@@ -76,7 +76,7 @@ class RetrievalLoopConfiguration:
         return Outcome(
             ranked=ranked_passages(result.chunks)[:DEPTH],
             retrieval_calls=self.kb.searches - before,
-            iterations=len(result.iterations),
+            iterations=result.iterations,
         )
 
 

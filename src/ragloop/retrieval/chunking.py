@@ -3,7 +3,9 @@
 Paragraphs under the same heading are packed together up to ``max_tokens``; a heading starts a
 new chunk; each record (CSV row, JSON item) is its own chunk. Only a paragraph too long for one
 chunk is cut, at sentence boundaries where it can be and at word windows otherwise, and those
-pieces overlap by ``overlap`` tokens so a fact on a boundary stays whole in one of them.
+pieces overlap by ``overlap`` tokens so a fact on a boundary stays whole in one of them. Code
+and tables are cut between lines instead, never inside one that fits, and every piece of a
+table starts with its header row.
 Every chunk keeps its heading path, its position in the document and its page or record number.
 """
 
@@ -115,6 +117,10 @@ def chunk_document(doc: ParsedDocument, config: ChunkingConfig | None = None) ->
             while headings and headings[-1][0] >= block.level:
                 headings.pop()
             headings.append((block.level, block.text))
+        elif block.kind == "end":
+            flush()
+            while headings and headings[-1][0] >= block.level:
+                headings.pop()
         elif block.kind == "record":
             flush()
             title = block.meta.get("title")
@@ -137,6 +143,47 @@ def _pieces(text: str, config: ChunkingConfig) -> list[str]:
     return list(_windows(text, config))
 
 
+def _block_pieces(block: Block, config: ChunkingConfig) -> list[str]:
+    """A block's text in pieces of at most ``max_tokens``: code and tables by lines."""
+    if "code" not in block.meta and "table" not in block.meta:
+        return _pieces(block.text, config)
+    text = block.text.strip("\n")
+    if not text.strip():
+        return []
+    if count_tokens(text) <= config.max_tokens:
+        return [text]
+    header = block.meta.get("table") or ""
+    lines = text.split("\n")
+    if header and lines[0] == header:
+        lines.pop(0)
+    budget = config.max_tokens - (count_tokens(header) if header else 0)
+    if budget < config.max_tokens // 2:  # a header too long to repeat: rows alone
+        header, budget = "", config.max_tokens
+    pieces: list[str] = []
+    part: list[str] = []
+    size = 0
+
+    def emit() -> None:
+        if any(line.strip() for line in part):
+            pieces.append("\n".join([header, *part] if header else part))
+        part.clear()
+
+    for line in lines:
+        tokens = count_tokens(line)
+        if tokens > budget:
+            emit()
+            size = 0
+            pieces.extend(_word_windows(line, config))
+            continue
+        if part and size + tokens > budget:
+            emit()
+            size = 0
+        part.append(line)
+        size += tokens
+    emit()
+    return pieces
+
+
 def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) -> list[DraftChunk]:
     """Greedily pack a section's paragraphs into chunks; merge a tiny tail into its neighbour."""
     out: list[DraftChunk] = []
@@ -151,7 +198,7 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
         parts, size, meta = [], 0, {}
 
     for block in blocks:
-        for piece in _pieces(block.text, config):
+        for piece in _block_pieces(block, config):
             tokens = count_tokens(piece)
             page = block.meta.get("page")
             if parts and (size + tokens > config.max_tokens or meta.get("page", page) != page):

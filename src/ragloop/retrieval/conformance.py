@@ -103,6 +103,24 @@ class KnowledgeBaseConformance:
         assert kb.stats().documents == 3
         assert not kb.search("late payment penalty", mode="bm25")
 
+    def test_sources_are_relative_to_the_folder_ingested(
+        self, kb: KnowledgeBase, corpus: Path
+    ) -> None:
+        hit = kb.search("Ridgeline tent weighs", mode="bm25", top_k=1)[0]
+        assert hit.source == "camping/tents.md"
+        assert hit.metadata["root"] == str(corpus.resolve())
+        assert kb.store.sources("default") == sorted(CORPUS)
+        assert [d.source for d in kb.store.documents()] == sorted(CORPUS)
+
+    def test_sync_removes_only_what_left_the_folder_it_walks(
+        self, kb: KnowledgeBase, tmp_path: Path, corpus: Path
+    ) -> None:
+        other = write_corpus(tmp_path / "more", {"kettles.md": "# Kettles\n\nThey boil water.\n"})
+        kb.ingest(other)
+        os.remove(corpus / "billing.txt")
+        assert kb.ingest(corpus, sync=True).removed == 1
+        assert kb.store.sources("default") == sorted({*CORPUS, "kettles.md"} - {"billing.txt"})
+
     def test_chunk_ids_are_stable_across_reingest(self, kb: KnowledgeBase, corpus: Path) -> None:
         first = [c.id for c in kb.search("tent weight", mode="bm25")]
         (corpus / "billing.txt").write_text("Changed.\n")

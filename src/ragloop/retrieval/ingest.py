@@ -23,6 +23,7 @@ from ragloop.retrieval.readers import (
     ParsedDocument,
     ReadError,
 )
+from ragloop.retrieval.store import DocumentRecord
 
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "CVS", "_darcs", "venv", ".venv"})
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -60,6 +61,20 @@ class SkipFile(Exception):
 class Candidate:
     path: Path  # absolute, resolved
     root: Path | None  # the folder it was found in, None for a file given directly
+
+
+def source_of(candidate: Candidate) -> tuple[str, Path]:
+    """A file's source and the folder it is relative to: its path within the folder given
+    (``/`` separators), or its name when the file was given by itself."""
+    root = candidate.root or candidate.path.parent
+    return candidate.path.relative_to(root).as_posix(), root
+
+
+def file_of(document: DocumentRecord) -> Path:
+    """The file a stored document was read from: its ``root`` metadata joined with its source
+    (a source without a root is a path already, as stored before sources were relative)."""
+    root = document.metadata.get("root")
+    return Path(str(root)) / document.source if root else Path(document.source)
 
 
 def _is_hidden(name: str) -> bool:

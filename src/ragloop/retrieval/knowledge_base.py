@@ -34,7 +34,9 @@ from ragloop.retrieval.ingest import (
     IngestReport,
     SkipFile,
     discover,
+    file_of,
     load_file,
+    source_of,
 )
 from ragloop.retrieval.links import NameIndex, reverse_links
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
@@ -59,7 +61,7 @@ SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 ProgressCallback = Callable[[int, int, str], None]
 EMBED_BATCH = 256  # chunks embedded together (the ONNX embedder batches them by length)
-_PIPELINE_VERSION = "1"
+_PIPELINE_VERSION = "2"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
 
@@ -88,6 +90,10 @@ class KnowledgeBaseStats(StoreStats):
 
     dense: bool = False
     dense_off_reason: str | None = None
+
+
+# what ingestion reads: (source, how the report names it if skipped, a loader raising SkipFile)
+_Item = tuple[str, str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
 
 
 @dataclass
@@ -193,34 +199,48 @@ class KnowledgeBase:
     ) -> IngestReport:
         """Ingest files and folders into ``collection``. Unchanged files cost nothing; a changed
         file replaces its chunks in one transaction. With ``sync=True``, documents of the
-        collection under the given folders whose files are gone are removed."""
+        collection under the given folders whose files are gone are removed.
+
+        A document's source is its path relative to the folder given (``library/os.html``), or
+        the file's name for a file given by itself; the folder is kept in the document's
+        metadata as ``root``. Knowledge bases built before sources were relative (absolute
+        paths) are converted as their files are ingested again."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
         found, skipped, roots = discover(list(paths))
         report = IngestReport(skipped=list(skipped))
-        seen: set[str] = set()
+        seen: dict[str, Path] = {}
 
-        def items() -> Iterable[
-            tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
-        ]:
+        def items() -> Iterable[_Item]:
             for candidate in found:
-                source = str(candidate.path)
-                seen.add(source)
+                source, root = source_of(candidate)
+                if source in seen:
+                    report.skipped.append(
+                        (str(candidate.path), f"same source {source!r} as {seen[source]}")
+                    )
+                    continue
+                seen[source] = candidate.path
 
-                def load(path: Path = candidate.path) -> tuple[ParsedDocument, str, dict[str, Any]]:
+                def load(
+                    path: Path = candidate.path, root: Path = root
+                ) -> tuple[ParsedDocument, str, dict[str, Any]]:
                     loaded = load_file(
                         path, max_bytes=self.max_file_bytes, encodings=self.encodings
                     )
-                    return loaded.document, loaded.raw_hash, loaded.metadata
+                    return loaded.document, loaded.raw_hash, {**loaded.metadata, "root": str(root)}
 
-                yield source, load
+                yield source, str(candidate.path), load
 
         self._ingest(items(), len(found), collection, report, on_progress)
         if sync:
-            for root in roots:
-                for source in self.store.sources(collection):
-                    if source not in seen and Path(source).is_relative_to(root):
-                        report.removed += self.store.delete_document(source, collection)
+            walked = {str(root) for root in roots}
+            for doc in self.store.documents(collection):
+                if doc.source in seen:
+                    continue
+                root = doc.metadata.get("root")
+                legacy = root is None and any(Path(doc.source).is_relative_to(r) for r in roots)
+                if root in walked or legacy:
+                    report.removed += self.store.delete_document(doc.source, collection)
         return report
 
     def add_documents(
@@ -234,9 +254,7 @@ class KnowledgeBase:
         docs = list(documents)
         report = IngestReport()
 
-        def items() -> Iterable[
-            tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
-        ]:
+        def items() -> Iterable[_Item]:
             for document in docs:
 
                 def load(d: Document = document) -> tuple[ParsedDocument, str, dict[str, Any]]:
@@ -252,14 +270,14 @@ class KnowledgeBase:
                     raw = hashlib.sha256(f"{d.title}\0{d.text}".encode()).hexdigest()
                     return parsed, raw, dict(d.metadata)
 
-                yield document.source, load
+                yield document.source, document.source, load
 
         self._ingest(items(), len(docs), collection, report, on_progress)
         return report
 
     def _ingest(
         self,
-        items: Iterable[tuple[str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]],
+        items: Iterable[_Item],
         total: int,
         collection: str,
         report: IngestReport,
@@ -282,19 +300,24 @@ class KnowledgeBase:
             f":{_PIPELINE_VERSION}"
         )
         pending: list[_Prepared] = []
-        for done, (source, load) in enumerate(items):
+        for done, (source, shown, load) in enumerate(items):
             if on_progress:
                 on_progress(done, total, source)
             try:
                 parsed, raw_hash, metadata = load()
             except SkipFile as reason:
-                report.skipped.append((source, str(reason)))
+                report.skipped.append((shown, str(reason)))
                 continue
             doc_hash = f"{raw_hash}:{signature}"
             existing = self.store.document_hash(collection, source)
             if existing == doc_hash:
                 report.unchanged += 1
                 continue
+            if existing is None and "root" in metadata:  # stored by its absolute path before
+                legacy = str(Path(str(metadata["root"])) / source)
+                if self.store.document_hash(collection, legacy) is not None:
+                    self.store.delete_document(legacy, collection)
+                    existing = legacy
             record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
             pending.append(self._prepare(record, parsed, replaced=existing is not None))
             if sum(len(p.chunks) for p in pending) >= EMBED_BATCH:
@@ -489,12 +512,14 @@ class KnowledgeBase:
 
     # -- management --------------------------------------------------------------------------
     def delete(self, source: str | os.PathLike[str], *, collection: str | None = None) -> int:
-        """Remove a document (all collections unless one is named); returns how many."""
+        """Remove a document (all collections unless one is named), given by its source or by
+        the path of its file; returns how many."""
         removed = self.store.delete_document(str(source), collection)
-        if not removed:
-            resolved = str(Path(source).expanduser().resolve())
-            if resolved != str(source):
-                removed = self.store.delete_document(resolved, collection)
+        if not removed:  # a path to the file: the document whose root and source lead there
+            path = Path(source).expanduser().resolve()
+            for doc in self.store.documents(collection):
+                if file_of(doc) == path:
+                    removed += self.store.delete_document(doc.source, doc.collection)
         return removed
 
     def collections(self) -> list[CollectionInfo]:

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ragloop.core.errors import RagloopError
 
-BlockKind = Literal["heading", "text", "record"]
+BlockKind = Literal["heading", "text", "record", "end"]
 
 
 class ReadError(RagloopError):
@@ -28,7 +28,14 @@ class ReadError(RagloopError):
 
 @dataclass(frozen=True)
 class Block:
-    """A structural unit of a document. ``level`` is the heading level (1-6) for headings."""
+    """A structural unit of a document.
+
+    ``heading`` blocks have a ``level`` (1 and up: an API signature sits one level below the
+    heading it is documented under); an ``end`` block closes the section opened by the heading
+    of its ``level``, so what follows is back under the heading above. ``meta["code"]`` marks
+    code kept verbatim, ``meta["table"]`` a table given row by row (its value is the header
+    row, "" when it has none): the chunker cuts both between lines, never inside one.
+    """
 
     kind: BlockKind
     text: str
@@ -44,7 +51,7 @@ class ParsedDocument:
 
     @property
     def text(self) -> str:
-        return "\n\n".join(b.text for b in self.blocks)
+        return "\n\n".join(b.text for b in self.blocks if b.text)
 
 
 def title_from_name(path: Path) -> str:
@@ -52,7 +59,7 @@ def title_from_name(path: Path) -> str:
     return re.sub(r"[_\-]+", " ", path.stem).strip() or path.name
 
 
-# -- markdown (also the target of HTML conversion) ----------------------------------------------
+# -- markdown ---------------------------------------------------------------------------------
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
@@ -72,13 +79,32 @@ def _paragraphs(lines: list[str]) -> Iterable[str]:
         yield "\n".join(buffer)
 
 
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
+
+
+def _table_row(line: str) -> str:
+    cells = line.strip().removeprefix("|").removesuffix("|").split("|")
+    return " | ".join(cell.strip() for cell in cells)
+
+
+def _text_block(paragraph: str) -> Block:
+    """A paragraph, or a pipe table (header, rule, rows) as rows under their header."""
+    lines = paragraph.splitlines()
+    if len(lines) >= 2 and "|" in lines[0] and _TABLE_RULE.match(lines[1]):
+        header = _table_row(lines[0])
+        rows = [_table_row(line) for line in lines[2:]]
+        return Block("text", "\n".join([header, *rows]), meta={"table": header})
+    return Block("text", paragraph)
+
+
 def markdown_blocks(text: str) -> list[Block]:
-    """Headings (ATX and setext), fenced code kept whole, paragraphs split at blank lines."""
+    """Headings (ATX and setext), fenced code kept verbatim, pipe tables row by row,
+    paragraphs split at blank lines."""
     blocks: list[Block] = []
     pending: list[str] = []
 
     def flush() -> None:
-        blocks.extend(Block("text", p) for p in _paragraphs(pending))
+        blocks.extend(_text_block(p) for p in _paragraphs(pending))
         pending.clear()
 
     lines = text.splitlines()
@@ -179,70 +205,12 @@ def read_rst(text: str, path: Path) -> ParsedDocument:
 
 # -- HTML -------------------------------------------------------------------------------------
 
-_DROP_TAGS = [
-    "script",
-    "style",
-    "noscript",
-    "nav",
-    "header",
-    "footer",
-    "aside",
-    "form",
-    "svg",
-    "iframe",
-    "template",
-    "button",
-    "select",
-    "canvas",
-]
-_BLOCK_TAGS = [
-    "p",
-    "div",
-    "li",
-    "ul",
-    "ol",
-    "pre",
-    "blockquote",
-    "table",
-    "tr",
-    "section",
-    "article",
-    "main",
-    "dd",
-    "dt",
-    "dl",
-    "figure",
-    "figcaption",
-    "br",
-    "hr",
-    "td",
-    "th",
-]
-
 
 def read_html(text: str, path: Path) -> ParsedDocument:
-    """Parsed with BeautifulSoup: scripts, styles, navigation, headers, footers and forms are
-    dropped; headings become heading blocks; block elements become paragraphs."""
-    from bs4 import BeautifulSoup
+    """The page's main content as written: see :mod:`ragloop.retrieval.html_reader`."""
+    from ragloop.retrieval.html_reader import read_html as read_page
 
-    soup = BeautifulSoup(text, "html.parser")
-    page_title = soup.title.get_text(" ", strip=True) if soup.title else ""
-    for tag in soup.find_all(_DROP_TAGS):
-        tag.decompose()
-    for tag in soup.select('[role="navigation"], [role="banner"], [role="contentinfo"]'):
-        tag.decompose()
-    root = soup.body or soup
-    for level in range(1, 7):
-        for tag in root.find_all(f"h{level}"):
-            heading = " ".join(tag.get_text(" ", strip=True).split())
-            tag.replace_with(f"\n\n{'#' * level} {heading}\n\n" if heading else "")
-    for tag in root.find_all(_BLOCK_TAGS):
-        tag.insert_before("\n\n")
-        tag.insert_after("\n\n")
-    flat = "\n".join(" ".join(line.split()) for line in root.get_text().splitlines())
-    blocks = markdown_blocks(flat)
-    first_h1 = next((b.text for b in blocks if b.kind == "heading" and b.level == 1), None)
-    return ParsedDocument(page_title or first_h1 or title_from_name(path), blocks)
+    return read_page(text, path)
 
 
 # -- structured data: JSON, JSONL, CSV -----------------------------------------------------------

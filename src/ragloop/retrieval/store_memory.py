@@ -79,6 +79,11 @@ class InMemoryStore:
     def sources(self, collection: str) -> list[str]:
         return sorted(source for coll, source in self._docs if coll == collection)
 
+    def documents(self, collection: str | None = None) -> list[DocumentRecord]:
+        """The documents of a collection (every collection when None), by source."""
+        found = [s.doc for (coll, _), s in self._docs.items() if collection in (None, coll)]
+        return sorted(found, key=lambda doc: (doc.collection, doc.source))
+
     def _entries(self) -> list[tuple[_Stored, int]]:
         return [(stored, i) for stored in self._docs.values() for i in range(len(stored.chunks))]
 

@@ -298,6 +298,19 @@ class PostgresStore:
             ).fetchall()
         return [row[0] for row in rows]
 
+    def documents(self, collection: str | None = None) -> list[DocumentRecord]:
+        """The documents of a collection (every collection when None), by source."""
+        where, params = (
+            ("WHERE collection = %s", (collection,)) if collection is not None else ("", ())
+        )
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT collection, source, title, content_hash, metadata FROM documents "
+                f"{where} ORDER BY collection, source",
+                params,
+            ).fetchall()
+        return [DocumentRecord(*row) for row in rows]
+
     def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
         if not ids:
             return []

@@ -344,6 +344,21 @@ class SQLiteStore:
         )
         return [row[0] for row in rows]
 
+    def documents(self, collection: str | None = None) -> list[DocumentRecord]:
+        """The documents of a collection (every collection when None), by source."""
+        where, params = (
+            ("WHERE collection = ?", (collection,)) if collection is not None else ("", ())
+        )
+        rows = self._conn().execute(
+            "SELECT collection, source, title, content_hash, metadata FROM documents "
+            f"{where} ORDER BY collection, source",
+            params,
+        )
+        return [
+            DocumentRecord(coll, source, title, digest, _parse_json(meta))
+            for coll, source, title, digest, meta in rows
+        ]
+
     def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
         if not ids:
             return []
