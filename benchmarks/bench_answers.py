@@ -1,21 +1,24 @@
 """Answers you can trust: does each engine answer right, and does it know when it has not?
 
 1. The Python 3.11 docs (``../shared/data/pydocs311``, 374 pages) and their dev questions
-   (``../shared/data/pydocs311_qa/dev.jsonl``: facts, paraphrases, two-part questions, and 25 the
-   docs cannot answer), per engine and per kind: accuracy (the answer contains a gold answer,
-   every group for two-part questions), confident-but-wrong (a converged / answered stop with a
-   wrong answer, or with any answer to an unanswerable question, over all questions), refusal
-   (unanswerable questions without a confident stop), page@5 of the evidence, retrievals and
-   latency. The engines: one hybrid search answered by the ExtractiveGenerator (it has no
-   judge: every answer counts as confident), RAGLoop.offline, AgentLoop.offline and
-   ``ragloop ask --engine retrieval``.
-2. HotpotQA (every 5th of the 500 questions): the share of answers that contain the gold answer
-   (quoted sentences make EM and F1 meaningless) and the same confident-but-wrong rate.
+   (``../shared/data/pydocs311_qa/dev.jsonl``: facts, paraphrases, two-part questions, and 25
+   the docs cannot answer), per engine and per kind: accuracy (the answer contains a gold
+   answer, every group for two-part questions), confident-but-wrong (a converged / answered
+   stop with a wrong answer, or with any answer to an unanswerable question, over all
+   questions), refusal (unanswerable questions without a confident stop), page@5 of the
+   evidence the answer came from, retrievals and latency. The engines: one hybrid search
+   answered by the ExtractiveGenerator (no judge: it is confident whenever it answers),
+   RAGLoop.offline, AgentLoop.offline and ``ragloop ask --engine retrieval``.
+2. How well the HeuristicEvaluator's score is calibrated there: the score of the iteration
+   RAGLoop.offline answered from, against how often that answer was right.
+3. HotpotQA (every 4th question: inside bench_eval.py's sample, outside the calibration's):
+   the share of answers that contain the gold answer (quoted sentences make EM and F1
+   meaningless) and the same confident-but-wrong rate.
 
-``python benchmarks/bench_answers.py --model SPEC`` runs the same with the LLM components
-(``ragloop.resolve_model`` spec, e.g. ``openai:gpt-4o-mini``), so a user with a key can
-reproduce it; ``--kb FILE`` reuses a built knowledge base, ``--limit N`` takes the first N
-questions.
+``python benchmarks/bench_answers.py --model SPEC`` runs the pydocs part with the LLM
+components (a ``ragloop.resolve_model`` spec such as ``openai:gpt-4o-mini``), so a user with a
+key can reproduce it; ``--kb FILE`` reuses a built knowledge base, ``--limit N`` takes the
+first N questions and ``--failures`` lists what each engine got wrong.
 """
 
 from __future__ import annotations
@@ -31,28 +34,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench_retrieval import DATASETS, knowledge_base
+
 from ragloop import AgentLoop, ExtractiveGenerator, KnowledgeBase, RAGLoop
-from ragloop.components.generators import NO_ANSWER, strip_citations
+from ragloop.components.citations import NO_ANSWER, strip_citations
 from ragloop.core.records import Chunk, StopReason
 from ragloop.evaluation.configurations import answered_by
+from ragloop.evaluation.datasets import load_dataset
+from ragloop.evaluation.metrics import answer_contains
 from ragloop.offline import answered_retrieval_loop
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PYDOCS = DATA / "pydocs311" / "pydocs311-html.tar.gz"
 PYDOCS_QA = DATA / "pydocs311_qa" / "dev.jsonl"
-HOTPOT = DATA / "hotpotqa_ircot500" / "hotpotqa_dev500_ircot.jsonl"
 CACHE = Path(__file__).resolve().parent / ".cache"
 CORPUS_FOLDERS = ("library", "tutorial", "howto", "faq", "reference")
 CONFIDENT = {StopReason.CONVERGED, StopReason.ANSWERED}
-KINDS = ("fact", "paraphrase", "multi", "unanswerable")
-HOTPOT_EVERY = 5
+HOTPOT_EVERY = 4
+COLUMNS = (
+    "accuracy",
+    "fact",
+    "paraphrase",
+    "multi",
+    "confident but wrong",
+    "refusal",
+    "page@5",
+    "retrievals",
+    "p50 s",
+    "p95 s",
+)
 
 
 @dataclass(frozen=True)
 class Item:
     id: str
     question: str
-    kind: str
+    kind: str  # fact | paraphrase | multi | unanswerable
     gold: tuple[tuple[str, ...], ...]  # groups of alternatives; every group must match
     pages: frozenset[str]
 
@@ -62,15 +79,30 @@ class Run:
     item: Item
     answer: str
     confident: bool
-    evidence: list[str]  # sources, best first
+    score: float | None  # the judge's score of the answer, when the engine has a judge
+    evidence: list[str]  # the pages of the chunks the answer came from, best first
     retrievals: int
     seconds: float
+
+    @property
+    def right(self) -> bool:
+        text = self.answer.casefold()
+        gold = self.item.gold
+        return bool(gold) and all(any(g.casefold() in text for g in group) for group in gold)
+
+
+@dataclass
+class Answer:
+    text: str
+    confident: bool
+    chunks: list[Chunk]
+    score: float | None = None
 
 
 @dataclass
 class Engine:
     name: str
-    answer: Callable[[str], tuple[str, bool, list[Chunk]]]
+    answer: Callable[[str], Answer]
     runs: list[Run] = field(default_factory=list)
 
 
@@ -95,7 +127,7 @@ def pydocs_items() -> list[Item]:
 
 
 def pydocs_folder() -> Path:
-    """The corpus folders, unpacked once into benchmarks/.cache."""
+    """The five corpus folders of the tarball, unpacked once into benchmarks/.cache."""
     folder = CACHE / "pydocs311"
     if not (folder / "library").is_dir():
         folder.mkdir(parents=True, exist_ok=True)
@@ -106,25 +138,22 @@ def pydocs_folder() -> Path:
 
 
 def pydocs_knowledge_base(path: Path | None = None) -> KnowledgeBase:
-    kb = KnowledgeBase(path or CACHE / "pydocs311.sqlite")
-    if path is None:
-        kb.ingest(pydocs_folder())
+    """The pydocs knowledge base: ``path`` if given (built already), else built once into
+    benchmarks/.cache (re-ingest of unchanged files is skipped)."""
+    if path is not None:
+        return KnowledgeBase(path)
+    kb = KnowledgeBase(CACHE / "pydocs311.sqlite")
+    kb.ingest(pydocs_folder())
     return kb
 
 
 def page_of(source: str) -> str:
-    """A chunk source as a corpus page (``library/functools.html``), whether stored relative
-    or absolute."""
+    """A chunk source as a corpus page (``library/functools.html``), relative or absolute."""
     parts = Path(source).parts
     for i, part in enumerate(parts):
         if part in CORPUS_FOLDERS:
             return "/".join(parts[i:])
     return source
-
-
-def correct(item: Item, answer: str) -> bool:
-    text = answer.casefold()
-    return bool(item.gold) and all(any(g.casefold() in text for g in group) for group in item.gold)
 
 
 # -- engines -----------------------------------------------------------------------------------
@@ -136,23 +165,24 @@ def engines(kb: KnowledgeBase, model: Any = None) -> list[Engine]:
     agent = AgentLoop.offline(kb, model=model)
     retrieval = answered_retrieval_loop(kb, model=model)
 
-    def one_search(question: str) -> tuple[str, bool, list[Chunk]]:
+    def one_search(question: str) -> Answer:
         chunks = kb.search(question, top_k=5)
-        answer = generator.generate(question, chunks).answer
-        return answer, answer != NO_ANSWER, chunks
+        out = generator.generate(question, chunks)
+        return Answer(out.answer, out.answer != NO_ANSWER, chunks, out.confidence)
 
-    def loop(engine: RAGLoop) -> Callable[[str], tuple[str, bool, list[Chunk]]]:
-        def run(question: str) -> tuple[str, bool, list[Chunk]]:
+    def loop(engine: RAGLoop) -> Callable[[str], Answer]:
+        def run(question: str) -> Answer:
             result = engine.run(question)
             answered = answered_by(result)
             chunks = answered.chunks if answered else []
-            return result.answer, result.stop_reason in CONFIDENT, chunks
+            score = answered.evaluation.score if answered else None
+            return Answer(result.answer, result.stop_reason in CONFIDENT, chunks, score)
 
         return run
 
-    def agent_run(question: str) -> tuple[str, bool, list[Chunk]]:
+    def agent_run(question: str) -> Answer:
         result = agent.run(question)
-        return result.answer or "", result.stop_reason in CONFIDENT, list(result.chunks)
+        return Answer(result.answer or "", result.stop_reason in CONFIDENT, list(result.chunks))
 
     return [
         Engine("one search + ExtractiveGenerator", one_search),
@@ -166,11 +196,19 @@ def measure(kb: KnowledgeBase, engine: Engine, items: list[Item]) -> None:
     for item in items:
         before = kb.searches
         started = time.perf_counter()
-        answer, confident, chunks = engine.answer(item.question)
+        out = engine.answer(item.question)
         seconds = time.perf_counter() - started
-        pages = list(dict.fromkeys(page_of(c.source) for c in chunks))
+        pages = list(dict.fromkeys(page_of(c.source) for c in out.chunks))
         engine.runs.append(
-            Run(item, strip_citations(answer), confident, pages, kb.searches - before, seconds)
+            Run(
+                item,
+                strip_citations(out.text),
+                out.confident,
+                out.score,
+                pages,
+                kb.searches - before,
+                seconds,
+            )
         )
 
 
@@ -184,58 +222,53 @@ def pct(part: int, whole: int) -> str:
 def summary(runs: list[Run]) -> dict[str, str]:
     answerable = [r for r in runs if r.item.kind != "unanswerable"]
     unanswerable = [r for r in runs if r.item.kind == "unanswerable"]
-    right = [r for r in answerable if correct(r.item, r.answer)]
-    wrong_confident = [
-        r
-        for r in runs
-        if r.confident and (r.item.kind == "unanswerable" or not correct(r.item, r.answer))
-    ]
-    refused = [r for r in unanswerable if not r.confident]
+    wrong = [r for r in runs if r.confident and (r.item.kind == "unanswerable" or not r.right)]
     found = [r for r in answerable if r.item.pages & set(r.evidence[:5])]
     seconds = sorted(r.seconds for r in runs)
-    p95 = seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))] if seconds else 0.0
     out = {
-        "accuracy": pct(len(right), len(answerable)),
-        "confident but wrong": pct(len(wrong_confident), len(runs)),
-        "refusal": pct(len(refused), len(unanswerable)),
+        "accuracy": pct(sum(r.right for r in answerable), len(answerable)),
+        "confident but wrong": pct(len(wrong), len(runs)),
+        "refusal": pct(sum(not r.confident for r in unanswerable), len(unanswerable)),
         "page@5": pct(len(found), len(answerable)),
         "retrievals": f"{statistics.mean(r.retrievals for r in runs):.1f}" if runs else "-",
         "p50 s": f"{statistics.median(seconds):.2f}" if seconds else "-",
-        "p95 s": f"{p95:.2f}",
+        "p95 s": f"{seconds[min(len(seconds) - 1, int(0.95 * len(seconds)))]:.2f}"
+        if seconds
+        else "-",
     }
     for kind in ("fact", "paraphrase", "multi"):
         of_kind = [r for r in answerable if r.item.kind == kind]
-        out[kind] = pct(sum(correct(r.item, r.answer) for r in of_kind), len(of_kind))
+        out[kind] = pct(sum(r.right for r in of_kind), len(of_kind))
     return out
 
 
-def table(engines_run: list[Engine]) -> list[str]:
-    columns = [
-        "accuracy",
-        "fact",
-        "paraphrase",
-        "multi",
-        "confident but wrong",
-        "refusal",
-        "page@5",
-        "retrievals",
-        "p50 s",
-        "p95 s",
-    ]
-    lines = [
-        "| engine | " + " | ".join(columns) + " |",
-        "|---|" + "---|" * len(columns),
-    ]
-    for engine in engines_run:
+def table(runs_by_engine: list[Engine], columns: tuple[str, ...] = COLUMNS) -> list[str]:
+    lines = ["| engine | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for engine in runs_by_engine:
         row = summary(engine.runs)
         lines.append(f"| {engine.name} | " + " | ".join(row[c] for c in columns) + " |")
+    return lines
+
+
+def reliability(runs: list[Run]) -> list[str]:
+    """The judge's score of each answer against how often such answers were right (an
+    unanswerable question's answer is never right)."""
+    scored = [r for r in runs if r.score is not None]
+    lines = ["| score | answers | mean score | right |", "|---|---|---|---|"]
+    for low in (0.0, 0.2, 0.4, 0.6, 0.8):
+        high = low + 0.2
+        inside = [r for r in scored if low <= r.score < high or (high > 1 and r.score == 1.0)]  # type: ignore[operator]
+        if inside:
+            mean = statistics.mean(r.score for r in inside)  # type: ignore[misc]
+            right = sum(r.right for r in inside) / len(inside)
+            lines.append(f"| {low:.1f}-{high:.1f} | {len(inside)} | {mean:.2f} | {right:.2f} |")
     return lines
 
 
 def failures(engine: Engine, limit: int = 400) -> list[str]:
     out = []
     for r in engine.runs:
-        ok = correct(r.item, r.answer) if r.item.kind != "unanswerable" else not r.confident
+        ok = r.right if r.item.kind != "unanswerable" else not r.confident
         if not ok:
             mark = "CONFIDENT" if r.confident else "unsure"
             out.append(f"- {r.item.id} [{r.item.kind}] {mark}: {r.item.question}")
@@ -244,26 +277,105 @@ def failures(engine: Engine, limit: int = 400) -> list[str]:
     return out
 
 
-def pydocs_section(kb: KnowledgeBase, items: list[Item], model: Any = None) -> list[str]:
-    runs = engines(kb, model)
-    for engine in runs:
+# -- HotpotQA ----------------------------------------------------------------------------------
+
+
+def hotpot_items() -> tuple[KnowledgeBase, list[Item]]:
+    dataset = load_dataset(DATASETS["HotpotQA"])
+    kb = knowledge_base("HotpotQA", dataset, "minilm")
+    items = [
+        Item(q.id, q.question, "fact", (tuple(q.answers),), frozenset(q.gold))
+        for i, q in enumerate(dataset.questions)
+        if i % HOTPOT_EVERY == 0
+    ]
+    return kb, items
+
+
+def hotpot_section() -> list[str]:
+    kb, items = hotpot_items()
+    chosen = engines(kb)
+    for engine in chosen:
+        for item in items:  # HotpotQA's answers are matched as SQuAD does (normalised)
+            started = time.perf_counter()
+            out = engine.answer(item.question)
+            text = strip_citations(out.text)
+            run = Run(item, text, out.confident, out.score, [], 0, time.perf_counter() - started)
+            engine.runs.append(run)
+    lines = [
+        "| engine | answer contains the gold answer | confident but wrong | p50 s |",
+        "|---|---|---|---|",
+    ]
+    for engine in chosen:
+        runs = engine.runs
+        right = [answer_contains(r.answer, r.item.gold[0]) for r in runs]
+        wrong = sum(r.confident and not ok for r, ok in zip(runs, right, strict=True))
+        p50 = statistics.median(r.seconds for r in runs)
+        lines.append(
+            f"| {engine.name} | {pct(int(sum(right)), len(runs))} | {pct(wrong, len(runs))} | "
+            f"{p50:.2f} |"
+        )
+    kb.close()
+    return [
+        f"### HotpotQA ({len(items)} questions: every {HOTPOT_EVERY}th)",
+        "",
+        "The same engines over the HotpotQA knowledge base of bench_eval.py; an answer is right "
+        "when it contains a gold answer (normalised as SQuAD does).",
+        "",
+        *lines,
+    ]
+
+
+# -- the section -------------------------------------------------------------------------------
+
+
+def pydocs_runs(kb: KnowledgeBase, items: list[Item], model: Any = None) -> list[Engine]:
+    chosen = engines(kb, model)
+    for engine in chosen:
         print(f"  {engine.name} ...", file=sys.stderr, flush=True)
         measure(kb, engine, items)
-    return table(runs), runs  # type: ignore[return-value]
+    return chosen
 
 
 def run() -> str:
     kb = pydocs_knowledge_base()
-    lines, _ = pydocs_section(kb, pydocs_items())
-    return "\n".join(["## Answers on the Python docs", "", *lines])
+    items = pydocs_items()
+    chosen = pydocs_runs(kb, items)
+    kb.close()
+    counts = {k: sum(i.kind == k for i in items) for k in ("fact", "paraphrase", "multi")}
+    unanswerable = sum(i.kind == "unanswerable" for i in items)
+    return "\n".join(
+        [
+            "## Answers you can trust: accuracy, confident-but-wrong and refusal",
+            "",
+            "`python benchmarks/run.py bench_answers`. The Python 3.11 docs (374 pages, default "
+            f"settings, offline) and their {len(items)} dev questions: {counts['fact']} facts, "
+            f"{counts['paraphrase']} paraphrases, {counts['multi']} two-part questions and "
+            f"{unanswerable} the docs do not answer. Accuracy: the answer contains a gold answer "
+            "(every part of a two-part question); confident: a converged or answered stop; "
+            "confident but wrong is counted over all questions, refusal over the unanswerable "
+            "ones; page@5: a gold page among the first five pages the answer's evidence came "
+            "from. Targets (issue 15): accuracy >= 70% (facts >= 80%, paraphrases >= 60%, "
+            "two-part >= 50%), confident but wrong <= 10%, refusal >= 75%, p50 < 1 s.",
+            "",
+            *table(chosen),
+            "",
+            "How well the HeuristicEvaluator's score reads as a probability on these questions "
+            "(the score of the iteration RAGLoop.offline answered from; fitted on HotpotQA and "
+            "MuSiQue by `benchmarks/calibrate_offline.py`, never on these):",
+            "",
+            *reliability(chosen[1].runs),
+            "",
+            *hotpot_section(),
+        ]
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kb", type=Path, help="a built knowledge base of the pydocs corpus")
-    parser.add_argument("--limit", type=int, default=0)
-    parser.add_argument("--engines", default="", help="comma-separated name prefixes")
-    parser.add_argument("--failures", action="store_true", help="print what each engine got wrong")
+    parser.add_argument("--limit", type=int, default=0, help="only the first N questions")
+    parser.add_argument("--engines", default="", help="comma-separated engine name prefixes")
+    parser.add_argument("--failures", action="store_true", help="list what each engine got wrong")
     parser.add_argument("--model", help="a model spec: run the LLM components")
     args = parser.parse_args()
     kb = pydocs_knowledge_base(args.kb)
@@ -281,10 +393,12 @@ def main() -> None:
         print(f"  {engine.name} ...", file=sys.stderr, flush=True)
         measure(kb, engine, items)
     print("\n".join(table(chosen)))
+    for engine in chosen:
+        if any(r.score is not None for r in engine.runs):
+            print(f"\n{engine.name}: score against right\n" + "\n".join(reliability(engine.runs)))
     if args.failures:
         for engine in chosen:
-            print(f"\n### {engine.name}")
-            print("\n".join(failures(engine)))
+            print(f"\n### {engine.name}\n" + "\n".join(failures(engine)))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Fit the offline components' coefficients on HotpotQA questions the benchmarks do not use.
 
-Usage: python benchmarks/calibrate_offline.py [N]. Takes N questions (default 250) that are
-not in bench_eval.py's sample (yes/no questions left out: no sentence says "yes"), retrieves
+Usage: python benchmarks/calibrate_offline.py. Takes the HotpotQA questions that are not in
+bench_eval.py's sample (yes/no questions left out: no sentence says "yes") and MuSiQue's
+single-hop sub-questions (each with the answers of the hops before it filled in), retrieves
 the 5 best chunks of each with one hybrid search of the cached knowledge base, and fits
 
 1. the sentence scorer (``SENTENCE_COEFFICIENTS`` and ``SENTENCE_LEXICAL`` in
@@ -12,16 +13,21 @@ the 5 best chunks of each with one hybrid search of the cached knowledge base, a
    to the questions as retrieved and, as questions the documents cannot answer, the answers to
    the same questions with their gold passages taken out of the knowledge base's results.
 
-It prints the coefficients to paste, and a reliability table of the judge on the fitting data.
+It prints the coefficients to paste, and a reliability table of the judge on each set. The
+features are cached in benchmarks/.cache (``--fresh`` computes them again: do after changing a
+feature).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from bench_eval import SAMPLE_EVERY
-from bench_retrieval import DATASETS, knowledge_base
+from bench_retrieval import CACHE, DATASETS, knowledge_base
 
 from ragloop import Corpus, ExtractiveGenerator
 from ragloop.components import extractive
@@ -34,8 +40,9 @@ from ragloop.components.extractive import (
 )
 from ragloop.components.judging import ANSWER_FEATURES, answer_features
 from ragloop.components.questions import profile
-from ragloop.evaluation.datasets import load_dataset
+from ragloop.evaluation.datasets import EvalDataset, EvalQuestion, load_dataset
 from ragloop.evaluation.metrics import answer_contains
+from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 TOP_K = 5
 
@@ -56,10 +63,12 @@ def coefficients(names: tuple[str, ...], w: np.ndarray) -> str:
     return "{" + ", ".join(pairs) + "}"
 
 
-def sentence_data(kb, questions, *, embedded: bool) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+def sentence_data(kb, questions, *, embedded: bool) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Sentence features (``x``, intercept first), labels (``y``: the sentence contains a gold
+    answer) and the question each sentence belongs to (``g``)."""
     corpus = Corpus.of(kb) if embedded else None
-    rows, labels = [], []
-    for q in questions:
+    rows, labels, groups = [], [], []
+    for n, q in enumerate(questions):
         chunks = kb.search(q.question, top_k=TOP_K)
         sentences = split_chunks(chunks)
         if not sentences:
@@ -70,10 +79,11 @@ def sentence_data(kb, questions, *, embedded: bool) -> tuple[np.ndarray, np.ndar
         for sentence in sentences:
             rows.append([1.0, *(sentence.features[k] for k in SENTENCE_FEATURES)])
             labels.append(float(answer_contains(sentence.text, q.answers)))
-    return np.array(rows), np.array(labels)
+            groups.append(n)
+    return {"x": np.array(rows), "y": np.array(labels), "g": np.array(groups)}
 
 
-def answer_data(kb, questions) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[no-untyped-def]
+def answer_data(kb, questions) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     """Answer features and labels: each question as retrieved, and again without its gold
     passages (a question the documents cannot answer)."""
     generator = ExtractiveGenerator(corpus=kb, unsure_below=0.0)
@@ -89,7 +99,7 @@ def answer_data(kb, questions) -> tuple[np.ndarray, np.ndarray]:  # type: ignore
             features = answer_features(asked, analysis)
             rows.append([1.0, *(features[k] for k in ANSWER_FEATURES)])
             labels.append(float(answer_contains(strip_citations(answer), q.answers)))
-    return np.array(rows), np.array(labels)
+    return {"x": np.array(rows), "y": np.array(labels)}
 
 
 def reliability(p: np.ndarray, y: np.ndarray) -> list[str]:
@@ -105,36 +115,142 @@ def reliability(p: np.ndarray, y: np.ndarray) -> list[str]:
     return lines
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 250
-    dataset = load_dataset(DATASETS["HotpotQA"])
+def musique_single_hops(dataset: EvalDataset) -> list[EvalQuestion]:
+    """MuSiQue's single-hop sub-questions, each with the answers of the hops before it put in
+    for "#1", "#2" (those written as "X >> relation" left out). bench_eval.py asks the whole
+    questions; none of it asks these."""
+    ids = {(p.title, " ".join(p.text.split())): p.id for p in dataset.passages}
+    rows = json.loads(DATASETS["MuSiQue"].read_text(encoding="utf-8"))
+    out = []
+    for row in rows:
+        paragraphs = {p["idx"]: p for p in row["paragraphs"]}
+        answers: list[str] = []
+        for n, step in enumerate(row["question_decomposition"], 1):
+            answers.append(step["answer"])
+            text = step["question"]
+            for k, earlier in enumerate(answers[:-1], 1):
+                text = text.replace(f"#{k}", earlier)
+            support = paragraphs.get(step["paragraph_support_idx"])
+            if ">>" in text or "#" in text or support is None:
+                continue
+            key = (support["title"].strip(), " ".join(support["paragraph_text"].split()))
+            out.append(
+                EvalQuestion(
+                    id=f"{row['id']}#{n}", question=text, answers=[step["answer"]], gold=[ids[key]]
+                )
+            )
+    return out
+
+
+def calibration_sets() -> dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]:
+    """HotpotQA's questions outside bench_eval.py's sample (yes/no ones left out) and MuSiQue's
+    single-hop sub-questions, each over its own cached knowledge base."""
+    hotpot = load_dataset(DATASETS["HotpotQA"])
     held_out = [
         q
-        for i, q in enumerate(dataset.questions)
+        for i, q in enumerate(hotpot.questions)
         if i % SAMPLE_EVERY != 0 and not {a.lower() for a in q.answers} & {"yes", "no"}
-    ][:n]
-    kb = knowledge_base("HotpotQA", dataset, "minilm")
+    ]
+    musique = load_dataset(DATASETS["MuSiQue"])
+    return {
+        "hotpotqa": (knowledge_base("HotpotQA", hotpot, "minilm"), held_out),
+        "musique-single-hop": (
+            knowledge_base("MuSiQue", musique, "minilm"),
+            musique_single_hops(musique),
+        ),
+    }
+
+
+def cached(name: str, make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Feature rows and labels, computed once (``--fresh`` computes them again)."""
+    path = CACHE / f"calibration-{name}.npz"
+    if path.exists() and "--fresh" not in sys.argv:
+        return dict(np.load(path))
+    data = make()
+    np.savez(path, **data)
+    return data
+
+
+def fit_ranking(x: np.ndarray, y: np.ndarray, g: np.ndarray, l2: float = 1e-2) -> np.ndarray:
+    """A conditional logit: the weights under which each question's right sentences take the
+    most of a softmax over that question's sentences (gradient ascent; no intercept, since a
+    shift is the same for every sentence of a question)."""
+    keep = np.isin(g, np.unique(g[y > 0]))  # questions with a right sentence at all
+    x, y, g = x[keep], y[keep], g[keep]
+    _, group = np.unique(g, return_inverse=True)
+    w = np.zeros(x.shape[1])
+    rate = 0.5
+    for _ in range(2000):
+        z = x @ w
+        z -= np.maximum.reduceat(z, np.r_[0, np.flatnonzero(np.diff(group)) + 1])[group]
+        e = np.exp(z)
+        p = e / np.bincount(group, e)[group]  # softmax within each question
+        q = p * y / np.bincount(group, p * y)[group]  # ... over its right sentences
+        grad = x.T @ (q - p) / (group.max() + 1) - l2 * w
+        w += rate * grad
+    return w
+
+
+def stacked(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The sets' rows one after the other (question numbers kept apart per set)."""
+    out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k != "g"}
+    if "g" in parts[0]:
+        offsets = np.cumsum([0] + [int(p["g"].max()) + 1 for p in parts[:-1]])
+        out["g"] = np.concatenate([p["g"] + o for p, o in zip(parts, offsets, strict=True)])
+    return out
+
+
+def fit_sentences(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> None:
+    """The sentence scorer: weights from a ranking fit (which sentence of a question answers
+    it), then the intercept from a logistic fit with those weights, so the score reads as a
+    chance."""
     for embedded, name in ((True, "SENTENCE_COEFFICIENTS"), (False, "SENTENCE_LEXICAL")):
-        x, y = sentence_data(kb, held_out, embedded=embedded)
+        data = stacked(
+            [
+                cached(
+                    f"sentences-{key}-{embedded}",
+                    partial(sentence_data, kb, questions, embedded=embedded),
+                )
+                for key, (kb, questions) in sets.items()
+            ]
+        )
         features = (
             SENTENCE_FEATURES
             if embedded
             else tuple(f for f in SENTENCE_FEATURES if f != "similarity")
         )
-        keep = [0] + [1 + SENTENCE_FEATURES.index(f) for f in features]
-        w = fit_logistic(x[:, keep], y)
+        columns = [1 + SENTENCE_FEATURES.index(f) for f in features]
+        x, y = data["x"][:, columns], data["y"]
+        w = fit_ranking(x, y, data["g"])
+        z = x @ w
+        bias = fit_logistic(np.column_stack([np.ones_like(z), z]), y)
+        weights = np.r_[bias[0], w * bias[1]]
         print(f"{len(y)} sentences, {y.mean():.3f} contain a gold answer")
-        print(f"{name} = {coefficients(features, w)}")
-        fitted = dict(zip(("bias", *features), (float(v) for v in w), strict=True))
+        print(f"{name} = {coefficients(features, weights)}")
+        fitted = dict(zip(("bias", *features), (float(v) for v in weights), strict=True))
         target = extractive.SENTENCE_COEFFICIENTS if embedded else extractive.SENTENCE_LEXICAL
         target.clear()
         target.update(fitted)  # the answers below are picked with the fitted scorer
-    x, y = answer_data(kb, held_out)
-    w = fit_logistic(x, y)
-    print(f"{len(y)} answers, {y.mean():.3f} contain a gold answer")
+
+
+def fit_answers(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> None:
+    parts = {
+        key: cached(f"answers-{key}", partial(answer_data, kb, questions))
+        for key, (kb, questions) in sets.items()
+    }
+    data = stacked(list(parts.values()))
+    w = fit_logistic(data["x"], data["y"])
+    print(f"{len(data['y'])} answers, {data['y'].mean():.3f} contain a gold answer")
     print(f"ANSWER_COEFFICIENTS = {coefficients(ANSWER_FEATURES, w)}")
-    p = 1 / (1 + np.exp(-(x @ w)))
-    print("\n".join(reliability(p, y)))
+    for key, part in parts.items():
+        print(f"\n{key}: {len(part['y'])} answers")
+        print("\n".join(reliability(1 / (1 + np.exp(-(part["x"] @ w))), part["y"])))
+
+
+def main() -> None:
+    sets = calibration_sets()
+    fit_sentences(sets)
+    fit_answers(sets)
 
 
 if __name__ == "__main__":

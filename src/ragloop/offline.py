@@ -18,6 +18,7 @@ from ragloop.components.controller import OfflineController
 from ragloop.components.corpus import Corpus
 from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
 from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
+from ragloop.components.judging import AnswerJudge
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
 from ragloop.core.calls import has_method
 from ragloop.core.errors import ConfigError, check_options
@@ -130,9 +131,10 @@ def _rag_loop(retriever: Retriever, corpus: Corpus, model: Any, config: dict[str
     if loop_config is None:
         loop_config = LoopConfig(**config)
     if model is None:
+        judge = AnswerJudge(corpus=corpus)  # one analysis of each answer for both
         defaults: dict[str, Any] = {
-            "generator": ExtractiveGenerator(corpus=corpus),
-            "evaluator": HeuristicEvaluator(corpus=corpus),
+            "generator": ExtractiveGenerator(corpus=corpus, judge=judge),
+            "evaluator": HeuristicEvaluator(corpus=corpus, judge=judge),
             "reformulator": HeuristicReformulator(corpus),
         }
     else:

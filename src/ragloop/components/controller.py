@@ -32,6 +32,7 @@ from ragloop.components.citations import answer_text
 from ragloop.components.corpus import Corpus
 from ragloop.components.evaluators import Analysis, HeuristicEvaluator
 from ragloop.components.generators import NO_ANSWER, ExtractiveGenerator
+from ragloop.components.judging import AnswerJudge
 from ragloop.components.questions import profile
 from ragloop.components.text import content_stems, normalize_query, stem
 from ragloop.core.rag_records import GeneratorOutput
@@ -114,8 +115,9 @@ class OfflineController:
         search_limit: int = 10,
     ) -> None:
         self.corpus = None if corpus is None else Corpus.of(corpus)
-        self.generator = ExtractiveGenerator(corpus=self.corpus)
-        self.evaluator = HeuristicEvaluator(corpus=self.corpus)
+        judge = AnswerJudge(corpus=self.corpus)  # one analysis of each answer for both
+        self.generator = ExtractiveGenerator(corpus=self.corpus, judge=judge)
+        self.evaluator = HeuristicEvaluator(corpus=self.corpus, judge=judge)
         self.max_searches = max_searches
         self.threshold = threshold
         self.search_limit = search_limit

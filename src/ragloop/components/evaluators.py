@@ -117,13 +117,21 @@ class HeuristicEvaluator:
       "unrelated", "no relevant": step back; "explain": hyde; anything else: expand).
 
     ``corpus`` (a :class:`~ragloop.KnowledgeBase`, a retriever or a ``Corpus``) lets it check
-    which words the documents use at all, follow the link graph and use the embedder.
+    which words the documents use at all, follow the link graph and use the embedder. ``judge``
+    (an :class:`~ragloop.components.judging.AnswerJudge`) may be shared with an
+    :class:`~ragloop.ExtractiveGenerator`, which then analyses each answer once for both.
     """
 
-    def __init__(self, *, corpus: object = None, grounder: LexicalGrounder | None = None) -> None:
-        self.judge_ = AnswerJudge(corpus=corpus, grounder=grounder)
-        self.corpus = self.judge_.corpus
-        self.grounder = self.judge_.grounder
+    def __init__(
+        self,
+        *,
+        corpus: object = None,
+        grounder: LexicalGrounder | None = None,
+        judge: AnswerJudge | None = None,
+    ) -> None:
+        self.analyst = judge or AnswerJudge(corpus=corpus, grounder=grounder)
+        self.corpus = self.analyst.corpus
+        self.grounder = self.analyst.grounder
 
     def evaluate(self, query: str, chunks: list[Chunk], answer: str) -> EvaluationResult:
         return self.judge(query, chunks, answer)[0]
@@ -141,7 +149,7 @@ class HeuristicEvaluator:
                 reason=f"nothing found: no chunk was retrieved for {_quoted(asked.terms)}",
             )
             return verdict, Analysis()
-        found = self.judge_.analyse(asked, chunks, answer)
+        found = self.analyst.analyse(asked, chunks, answer)
         verdict = EvaluationResult(
             is_grounded=found.answered and found.grounded_share >= 1.0,
             is_complete=found.complete,

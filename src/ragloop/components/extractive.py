@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ragloop.components.corpus import Corpus, chunk_context
 from ragloop.components.questions import QuestionProfile, gives_answer_type, profile
 from ragloop.components.text import (
+    PassageUnit,
+    code_names,
     content_stems,
     content_terms,
     entity_phrases,
@@ -41,23 +43,25 @@ from ragloop.core.records import Chunk
 # A sentence's score is a logistic function of its features, with and without an embedder;
 # the coefficients are fitted by benchmarks/calibrate_offline.py on HotpotQA questions outside
 # the benchmarks' samples (a sentence is right when it contains the gold answer).
-SENTENCE_FEATURES = ("lexical", "names", "type", "untyped", "similarity", "prior")
+SENTENCE_FEATURES = ("lexical", "names", "type", "untyped", "similarity", "prior", "lead")
 SENTENCE_COEFFICIENTS = {
-    "bias": -4.0,
-    "lexical": 3.0,
-    "names": 1.0,
-    "type": 1.0,
-    "untyped": -1.5,
-    "similarity": 3.0,
-    "prior": 0.5,
+    "bias": -5.90,
+    "lexical": 2.40,
+    "names": 0.11,
+    "type": -0.34,
+    "untyped": -2.19,
+    "similarity": 2.04,
+    "prior": 2.40,
+    "lead": 0.90,
 }
 SENTENCE_LEXICAL = {
-    "bias": -3.0,
-    "lexical": 4.0,
-    "names": 1.0,
-    "type": 1.0,
-    "untyped": -1.5,
-    "prior": 0.5,
+    "bias": -5.45,
+    "lexical": 3.13,
+    "names": 0.07,
+    "type": -0.33,
+    "untyped": -2.28,
+    "prior": 2.87,
+    "lead": 1.09,
 }
 CONTEXT_WEIGHT = 0.5
 MAX_SENTENCE_CHARS = 600
@@ -86,9 +90,11 @@ class Sentence:
     soft_stems: frozenset[str] = frozenset()  # question terms it says in other words
     score: float = 0.0
     features: dict[str, float] = field(default_factory=dict)
-    kind: str = "prose"  # "prose" | "row" | "code"
+    kind: str = "prose"  # "prose" | "row" | "code" | "signature"
     heading: str = ""  # the heading it sits under inside its chunk, else the chunk's last one
     loose_stems: frozenset[str] = frozenset()  # stems it has only inside compound names
+    lead: bool = False  # the first unit of its chunk, or the first under a heading in it
+    title: str = ""  # the title of its chunk's document
 
     def has_name(self, name: str) -> bool:
         words = set(tokenize(name))
@@ -119,14 +125,25 @@ def code_name_found(
 
 
 def split_chunks(chunks: Sequence[Chunk]) -> list[Sentence]:
-    """Every unit of the chunks (:func:`~ragloop.components.text.passage_units`); headings
-    and fragments without content words left out."""
+    """Every unit of the chunks (:func:`~ragloop.components.text.passage_units`), headings
+    and fragments without content words left out; an API signature with default values that
+    heads a chunk (``Fraction.limit_denominator(max_denominator=1000000)``) is a unit too,
+    once."""
     out: list[Sentence] = []
+    signatures: set[str] = set()
     for index, chunk in enumerate(chunks):
         base = chunk_context(chunk)
-        path = [str(h) for h in chunk.metadata.get("heading_path") or []]
+        title = str(chunk.metadata.get("title") or "").strip()
+        path = [str(h).replace("¶", "").strip() for h in chunk.metadata.get("heading_path") or []]
         base_stems = frozenset(content_stems(base))
-        for position, unit in enumerate(passage_units(chunk.content)):
+        units = passage_units(chunk.content)
+        if path and is_signature(path[-1]) and "=" in path[-1] and path[-1] not in signatures:
+            signatures.add(path[-1])
+            units = [PassageUnit("signature", path[-1]), *units]
+        previous_heading = None
+        for position, unit in enumerate(units):
+            lead = unit.heading != previous_heading  # the first unit under its heading
+            previous_heading = unit.heading
             text = unit.text.strip()
             if (text.startswith("#") and unit.kind == "prose") or len(text) > MAX_SENTENCE_CHARS:
                 continue
@@ -137,8 +154,8 @@ def split_chunks(chunks: Sequence[Chunk]) -> list[Sentence]:
             if unit.heading:
                 context = f"{base} {unit.heading}"
                 context_stems = base_stems | content_stems(unit.heading)
-            heading = unit.heading or (path[-1].replace("¶", "").strip() if path else "")
-            if heading == str(chunk.metadata.get("title") or "").strip():
+            heading = unit.heading or (path[-1] if path and unit.kind != "signature" else "")
+            if heading == title:
                 heading = ""  # the page's own name says nothing more about one sentence
             out.append(
                 Sentence(
@@ -150,10 +167,37 @@ def split_chunks(chunks: Sequence[Chunk]) -> list[Sentence]:
                     context_stems,
                     kind=unit.kind,
                     heading=heading,
+                    title=title,
+                    lead=lead,
                     loose_stems=frozenset(loose_stems(text)),
                 )
             )
     return out
+
+
+_SIGNATURE = re.compile(
+    r"^(?:(?:class|exception|async|await|abstractmethod|classmethod|staticmethod) )*"
+    r"@?[A-Za-z_][\w.]*\s*(?:\(.*\)|\[.*\])?(?:\s*[;,]\s*@?[A-Za-z_][\w.]*\s*\(.*\))*$"
+)
+
+
+def is_signature(heading: str) -> bool:
+    """Whether a heading is an API signature (``json.dumps(obj, *, indent=None)``,
+    ``pickle.DEFAULT_PROTOCOL``) rather than words."""
+    return bool(_SIGNATURE.match(heading.strip())) and bool(code_names(heading))
+
+
+def section_name(sentence: Sentence, *, api: bool = False) -> str:
+    """The name of what a sentence is about, to quote it by: its heading, else its page's
+    title (with ``api``: the first of them that names some code); a long signature is cut to
+    its name (``json.dumps(...)``)."""
+    names = [n for n in (sentence.heading, sentence.title) if n]
+    if api:
+        names = [n for n in names if gives_answer_type("api", n)]
+    name = names[0] if names else ""
+    if len(name) > 60 and "(" in name:
+        name = name[: name.index("(")] + "(...)"
+    return name
 
 
 @dataclass
@@ -247,7 +291,10 @@ class SentenceScorer:
         """The features of :data:`SENTENCE_FEATURES` for one sentence."""
         asked = self.question
         typed = asked.answer_type not in (None, "yesno")
-        gives = typed and gives_answer_type(asked.answer_type, sentence.text, asked.text)
+        said = sentence.text
+        if asked.answer_type == "api":  # an API is often named only by its section
+            said = f"{sentence.heading or sentence.title}: {said}"
+        gives = typed and gives_answer_type(asked.answer_type, said, asked.text)
         return {
             "lexical": self.coverage(
                 sentence.stems,
@@ -260,6 +307,7 @@ class SentenceScorer:
             "untyped": float(typed and not gives),
             "similarity": max(similarity, 0.0) if similarity is not None else 0.0,
             "prior": chunks[sentence.chunk].score / (1 + 0.1 * sentence.chunk),
+            "lead": float(sentence.lead),
         }
 
     def _score(self, chunks: Sequence[Chunk], similarity: Sequence[float] | None) -> list[Sentence]:
@@ -268,7 +316,7 @@ class SentenceScorer:
             sim = float(similarity[i]) if similarity is not None else None
             sentence.features = self.features(sentence, chunks, sim)
             sentence.score = logistic(coefficients, sentence.features)
-            if sentence.kind == "code":  # an example shows an answer; prose states it
+            if sentence.kind in ("code", "signature"):  # it shows an answer; prose states it
                 sentence.score *= CODE_FACTOR
         return sorted(self.sentences, key=lambda s: (-s.score, s.chunk, s.position))
 
@@ -370,50 +418,62 @@ def pointer_names(text: str, question: QuestionProfile) -> list[str]:
 
 
 def select(
-    scorer: SentenceScorer, ranked: list[Sentence], *, max_sentences: int = 3
+    scorer: SentenceScorer,
+    ranked: list[Sentence],
+    *,
+    max_sentences: int = 3,
+    parts: Sequence[list[Sentence]] = (),
 ) -> list[Sentence]:
-    """The sentences of an answer: the best one; then, for each part of a multi-part question
-    not yet answered, its best sentence; then sentences that add uncovered question terms and
-    continue what was chosen; then, for a sentence that only points to another document, that
+    """The sentences of an answer: the best one, or for a multi-part question the best one for
+    each part (``parts``: the sentences ranked for each part on its own, see
+    :func:`rank_for_parts`); then sentences that add uncovered question terms and continue
+    what was chosen; then, for a sentence that only points to another document, that
     document's best sentence. At most ``max_sentences``."""
-    asked = scorer.question.stems
-    if (
-        not ranked
-        or ranked[0].score <= 0
-        or not (ranked[0].stems | ranked[0].context_stems | ranked[0].soft_stems) & asked
-    ):
+    if not ranked or not _relevant(ranked[0], scorer.question.stems):
         return []
-    chosen = [ranked[0]]
-    _add_parts(scorer, ranked, chosen, max_sentences)
+    by_key = {(s.chunk, s.position): s for s in ranked}
+    chosen: list[Sentence] = []
+    for ranking in parts:
+        best = next((s for s in ranking if _relevant(s, scorer.question.stems)), None)
+        if best is not None and len(chosen) < max_sentences:
+            sentence = by_key[(best.chunk, best.position)]
+            if sentence not in chosen:
+                chosen.append(sentence)
+    if not chosen:
+        chosen = [ranked[0]]
     _add_continuations(scorer, ranked, chosen, max_sentences)
     _follow_pointers(scorer, ranked, chosen, max_sentences)
     return chosen
 
 
+def _relevant(sentence: Sentence, asked: frozenset[str]) -> bool:
+    """A sentence worth quoting at all: it shares a term with the question (in its words, its
+    headings, or said in other words)."""
+    return sentence.score > 0 and bool(
+        (sentence.stems | sentence.context_stems | sentence.soft_stems) & asked
+    )
+
+
+def rank_for_parts(
+    question: QuestionProfile,
+    sentences: list[Sentence],
+    chunks: Sequence[Chunk],
+    corpus: Corpus | None,
+) -> list[list[Sentence]]:
+    """For a multi-part question, the sentences ranked for each part as if it were asked
+    alone (copies: the sentences themselves keep their scores for the whole question)."""
+    if not question.is_multi_part:
+        return []
+    rankings = []
+    for part in question.parts:
+        copies = [replace(s, soft_stems=frozenset(), features={}) for s in sentences]
+        scorer = SentenceScorer.build(profile(part), copies)
+        rankings.append(scorer.score(chunks, sentence_similarity(corpus, scorer, chunks), corpus))
+    return rankings
+
+
 def _covered(chosen: list[Sentence]) -> set[str]:
     return set().union(*(s.stems | s.context_stems | s.soft_stems for s in chosen))
-
-
-def _add_parts(
-    scorer: SentenceScorer, ranked: list[Sentence], chosen: list[Sentence], limit: int
-) -> None:
-    for part in scorer.question.parts if scorer.question.is_multi_part else []:
-        covered = _covered(chosen)
-        part_stems = content_stems(part) & set(scorer.weights)
-        if len(chosen) >= limit or len(part_stems & covered) * 2 >= len(part_stems):
-            continue  # no room, or the sentences chosen so far already answer this part
-        part_stems -= covered
-        best = max(
-            (s for s in ranked if s not in chosen and s.stems & part_stems),
-            key=lambda s: (
-                len(s.stems & part_stems)
-                + 0.5 * len((s.context_stems | s.soft_stems) & part_stems),
-                s.score,
-            ),
-            default=None,
-        )
-        if best is not None:
-            chosen.append(best)
 
 
 def _add_continuations(

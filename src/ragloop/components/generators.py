@@ -23,12 +23,15 @@ from ragloop.components.extractive import (
     Sentence,
     SentenceScorer,
     code_name_found,
+    rank_for_parts,
+    section_name,
     select,
     sentence_similarity,
     split_chunks,
 )
 from ragloop.components.judging import AnswerJudge, answer_probability
 from ragloop.components.prompts import generator_prompt
+from ragloop.components.questions import gives_answer_type
 from ragloop.components.text import content_stems
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
@@ -63,7 +66,12 @@ class ExtractiveGenerator:
     """
 
     def __init__(
-        self, *, corpus: object = None, max_sentences: int = 3, unsure_below: float = 0.5
+        self,
+        *,
+        corpus: object = None,
+        max_sentences: int = 3,
+        unsure_below: float = 0.5,
+        judge: AnswerJudge | None = None,
     ) -> None:
         if not isinstance(max_sentences, int) or max_sentences < 1:
             raise ConfigError("max_sentences", f"must be an integer >= 1, got {max_sentences!r}")
@@ -72,15 +80,17 @@ class ExtractiveGenerator:
         self.corpus = None if corpus is None else Corpus.of(corpus)
         self.max_sentences = max_sentences
         self.unsure_below = unsure_below
-        self.judge = AnswerJudge(corpus=self.corpus)
+        self.judge = judge or AnswerJudge(corpus=self.corpus)
 
     def pick(self, query: str, chunks: Sequence[Chunk]) -> tuple[list[Sentence], SentenceScorer]:
         """The chosen sentences (best first) and the scorer that chose them."""
         sentences = split_chunks(chunks)
         scorer = SentenceScorer.build(query, sentences)
         similarity = sentence_similarity(self.corpus, scorer, chunks)
+        parts = rank_for_parts(scorer.question, sentences, chunks, self.corpus)
         ranked = scorer.score(chunks, similarity, self.corpus)
-        return select(scorer, ranked, max_sentences=self.max_sentences), scorer
+        chosen = select(scorer, ranked, max_sentences=self.max_sentences, parts=parts)
+        return chosen, scorer
 
     def generate(self, query: str, chunks: list[Chunk]) -> GeneratorOutput:
         chosen, scorer = self.pick(query, chunks)
@@ -101,21 +111,24 @@ class ExtractiveGenerator:
 
 
 def quoted(sentence: Sentence, scorer: SentenceScorer) -> str:
-    """The sentence as the answer quotes it: with the heading it sits under when that heading
-    names a question term or name the sentence itself does not."""
-    heading = sentence.heading
-    if not heading or heading in sentence.text:
-        return sentence.text
+    """The sentence as the answer quotes it: with the name of its section (its heading, else
+    its page's title) when that names what the sentence does not: a question term or name, or
+    the API a "which function ..." question asks for."""
     asked = scorer.question
+    api = asked.answer_type == "api" and not gives_answer_type("api", sentence.text, asked.text)
+    name = section_name(sentence, api=api)
+    if not name or name in sentence.text or sentence.kind == "signature":
+        return sentence.text
     own = sentence.stems - sentence.loose_stems
-    names = [*asked.identifiers, *asked.entities]
-    if (content_stems(heading) & set(scorer.weights)) - own or any(
-        code_name_found(n, heading, frozenset(content_stems(heading)))
-        and not code_name_found(n, sentence.text, frozenset(own))
-        for n in names
-    ):
-        return f"{heading}: {sentence.text}"
-    return sentence.text
+    in_heading = bool(sentence.heading) and (
+        bool((content_stems(sentence.heading) & set(scorer.weights)) - own)
+        or any(
+            code_name_found(n, sentence.heading, frozenset(content_stems(sentence.heading)))
+            and not code_name_found(n, sentence.text, frozenset(own))
+            for n in [*asked.identifiers, *asked.entities]
+        )
+    )
+    return f"{name}: {sentence.text}" if in_heading or api else sentence.text
 
 
 class _GeneratorReply(BaseModel):

@@ -14,7 +14,8 @@ the knowledge base, the way :class:`~ragloop.HeuristicEvaluator` and
   a version, a default value, ...);
 - **foreign terms**: the weight of question words the documents never use and nothing in the
   answer stands for (a question about ``bitcoin`` in a shop handbook);
-- **parts**, **grounding** and **evidence coverage**.
+- **parts**, **grounding** and **evidence coverage**, and how much the question asks (its
+  number of content terms: a long question is harder to answer with a few quoted sentences).
 
 :func:`answer_probability` turns these into the chance that the answer is right: a logistic
 regression fitted by ``benchmarks/calibrate_offline.py`` on HotpotQA questions outside the
@@ -25,6 +26,8 @@ five" (BENCHMARKS.md shows how well that holds, on HotpotQA and on the Python do
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ragloop.components.citations import NO_ANSWER, answer_text
@@ -51,6 +54,8 @@ from ragloop.components.text import (
 )
 from ragloop.core.records import Chunk
 
+MANY_TERMS = 12  # a question with this many content terms asks a lot (multi-hop, multi-part)
+RECENT_ANALYSES = 64  # analyses an AnswerJudge keeps (one loop's generator and evaluator share)
 SUPPORT_SIMILARITY = 0.85  # embedding cosine at which a paraphrase counts as supported
 COMPLETE_COVERAGE = 0.75  # weighted share of the question's terms a complete answer covers
 
@@ -102,22 +107,26 @@ ANSWER_FEATURES = (
     "coverage",
     "names",
     "similarity",
+    "typed",
     "untyped",
+    "length",
     "foreign",
     "parts_missing",
     "ungrounded",
     "evidence",
 )
 ANSWER_COEFFICIENTS = {
-    "bias": -3.0,
-    "coverage": 2.0,
-    "names": 1.0,
-    "similarity": 3.0,
-    "untyped": -1.5,
-    "foreign": -3.0,
-    "parts_missing": -2.0,
-    "ungrounded": -2.0,
-    "evidence": 0.5,
+    "bias": -3.05,
+    "coverage": 1.69,
+    "names": 1.19,
+    "similarity": 2.19,
+    "typed": -0.39,
+    "untyped": -0.10,
+    "length": -1.08,
+    "foreign": -1.31,
+    "parts_missing": 0.00,
+    "ungrounded": -3.0,  # not fitted: extractive answers are always grounded (see above)
+    "evidence": -0.03,
 }
 
 
@@ -128,7 +137,9 @@ def answer_features(asked: QuestionProfile, found: Analysis) -> dict[str, float]
         "coverage": found.answer_coverage,
         "names": found.names_given,
         "similarity": found.similarity,
+        "typed": float(typed and found.type_found),
         "untyped": float(typed and not found.type_found),
+        "length": min(len(asked.terms), MANY_TERMS) / MANY_TERMS,
         "foreign": min(found.foreign_share, 1.0),
         "parts_missing": len(found.uncovered_parts) / max(len(asked.parts), 1),
         "ungrounded": 1.0 - found.grounded_share,
@@ -168,10 +179,27 @@ class AnswerJudge:
     def __init__(self, *, corpus: object = None, grounder: LexicalGrounder | None = None) -> None:
         self.corpus = None if corpus is None else Corpus.of(corpus)
         self.grounder = grounder or LexicalGrounder()
+        self._lock = threading.Lock()
+        self._recent: OrderedDict[tuple[object, ...], Analysis] = OrderedDict()
 
     # -- analysis -------------------------------------------------------------------------------
     def analyse(self, asked: QuestionProfile, chunks: list[Chunk], answer: str) -> Analysis:
-        """Coverage, grounding, parts, answer type and hops of ``answer`` (see the class)."""
+        """Coverage, grounding, parts, answer type and hops of ``answer`` (see the class). The
+        last few analyses are kept, so a generator and an evaluator that share a judge analyse
+        an answer once."""
+        key = (asked.text, answer, tuple((c.id, c.source, c.score, len(c.content)) for c in chunks))
+        with self._lock:
+            if key in self._recent:
+                self._recent.move_to_end(key)
+                return self._recent[key]
+        found = self._analyse(asked, chunks, answer)
+        with self._lock:
+            self._recent[key] = found
+            while len(self._recent) > RECENT_ANALYSES:
+                self._recent.popitem(last=False)
+        return found
+
+    def _analyse(self, asked: QuestionProfile, chunks: list[Chunk], answer: str) -> Analysis:
         found = Analysis()
         scorer = SentenceScorer.build(asked, split_chunks(chunks))
         self._check_evidence(asked, chunks, scorer, found)

@@ -10,7 +10,8 @@ The offline generator, evaluator and controller all start from a :class:`Questio
   name;
 - ``answer_type``: what a sentence must contain to answer it (a duration, an amount, a weight,
   a date, a time, a number, a person or place, a reason, an exception's name, a version, a
-  default value, or ``yesno``), found by :func:`gives_answer_type`;
+  default value, the name of an API ("which module ...", "how do I ..."), or ``yesno``), found
+  by :func:`gives_answer_type`;
 - ``identifiers``: the code names it mentions (``functools.lru_cache``, ``maxsize=None``,
   ``exit_on_error``, ``--system-site-packages``), which a passage must name exactly.
 """
@@ -54,6 +55,21 @@ _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
         re.compile(r"\b(?:what|which)\b.*\bdefaults?\b|\bdefaults? to\b", re.I),
         "default",
         frozenset(),
+    ),
+    (
+        re.compile(
+            r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:modules?|functions?|methods?|class(?:es)?|"
+            r"decorators?|built-?ins?|librar(?:y|ies)|apis?|constants?|attributes?|options?|"
+            r"arguments?|parameters?|flags?|actions?|commands?|types?)\b"
+            r"|\b(?:what|which)(?: one)? should (?:i|you|we) (?:use|call|import)\b"
+            r"|(?:^|[.?!]\s+)is there an? \b.*\b"
+            r"(?:function|module|way|method|class|built-?in|tool)\b"
+            r"|\b(?:standard[- ]library|stdlib) (?:way|function|module)\b"
+            r"|(?:^|[.?!]\s+)how (?:can|do|should|would) (?:i|you|we)\b",
+            re.I,
+        ),
+        "api",
+        frozenset({"module", "modules", "way", "use", "standard", "library", "built"}),
     ),
     (re.compile(r"\bhow heavy\b|\bhow much\b.*\bweigh", re.I), "weight", frozenset({"heavy"})),
     (
@@ -196,6 +212,21 @@ def profile(question: str) -> QuestionProfile:
     )
 
 
+_TITLED = re.compile(r"(?:^|:\s)([\w.]+) [—–-] ")  # "configparser — Configuration file parser"
+
+
+def _titled(text: str) -> list[str]:
+    """The names that documentation titles and headings give as "name — what it is"."""
+    return _TITLED.findall(text)
+
+
+def _answer_key(found: str) -> str:
+    """What identifies an exception's name or a version ("Python 3.11" and "version 3.11" are
+    one version)."""
+    number = re.search(r"\d+\.\d+(?:\.\d+)?", found)
+    return number[0] if number else found.lower()
+
+
 def gives_answer_type(answer_type: str | None, sentence: str, question: str = "") -> bool:
     """Whether ``sentence`` holds something of the kind the question asks for. Persons and
     places are capitalised names the question does not already contain; a yes/no question (and
@@ -203,9 +234,12 @@ def gives_answer_type(answer_type: str | None, sentence: str, question: str = ""
     if answer_type is None or answer_type == "yesno":
         return True
     pattern = _UNIT_PATTERNS.get(answer_type)
-    if answer_type in ("exception", "version"):  # one the question does not name already
-        named = {m.lower() for m in pattern.findall(question)} if pattern else set()
-        return any(m.lower() not in named for m in pattern.findall(sentence)) if pattern else False
+    if answer_type == "api":  # a code name the question does not already give
+        asked = {n.lower() for n in code_names(question)} | set(tokenize(question))
+        return any(n.lower() not in asked for n in [*code_names(sentence), *_titled(sentence)])
+    if pattern is not None and answer_type in ("exception", "version"):
+        named = {_answer_key(m) for m in pattern.findall(question)}  # it must say another one
+        return any(_answer_key(m) not in named for m in pattern.findall(sentence))
     if pattern is not None:
         return bool(pattern.search(sentence))
     asked = {t for e in entity_phrases(question) for t in tokenize(e)} | set(tokenize(question))

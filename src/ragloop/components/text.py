@@ -250,9 +250,9 @@ def passage_units(text: str) -> list[PassageUnit]:
             lines = lines[1:]
         if not lines:
             continue
-        if len(lines) > 1 and all(line.lstrip().startswith("|") for line in lines):
+        if _is_table(lines):
             units.extend(PassageUnit("row", row, heading) for row in _table_rows(lines))
-        elif lines[0].lstrip().startswith(">>>"):
+        elif _is_code(lines):
             units.extend(PassageUnit("code", p, heading) for p in _code_pieces("\n".join(lines)))
         else:
             units.extend(PassageUnit("prose", s, heading) for s in sentence_units("\n".join(lines)))
@@ -288,6 +288,33 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     return out
 
 
+_CODE_LINE = re.compile(
+    r"^\s*(?:>>>|\.\.\.|#|@|def |class |import |from \w|return\b|if .*:$|for .*:$|"
+    r"while .*:$|with .*:$|try:|except\b|else:|elif |raise |yield |print\(|"
+    r"[\w.\[\]]+\s*[+\-*/]?=\s|[})\]]+;?$)"
+)
+
+
+def _is_table(lines: list[str]) -> bool:
+    """Rows of cells split by ``|`` (markdown or plain), every row with as many cells."""
+    if len(lines) < 2 or not all("|" in line for line in lines):
+        return False
+    rows = [line for line in lines if not _TABLE_RULE.match(line)]
+    return len({len(_cells(row)) for row in rows}) == 1 and len(_cells(rows[0])) > 1
+
+
+def _is_code(lines: list[str]) -> bool:
+    """A doctest, or lines that mostly look like code (indented blocks, statements, comments)
+    rather than sentences."""
+    if lines[0].lstrip().startswith(">>>"):
+        return True
+    if len(lines) < 2:
+        return False
+    code = sum(bool(_CODE_LINE.match(line)) or line.startswith(("    ", "\t")) for line in lines)
+    prose = sum(line.rstrip().endswith((".", "?", "!")) and " " in line.strip() for line in lines)
+    return code >= 0.6 * len(lines) and prose < 0.5 * len(lines)
+
+
 def _code_pieces(code: str) -> list[str]:
     """Doctest examples one by one (each ``>>>`` statement with its continuation and output),
     other code in pieces of at most ``MAX_CODE_CHARS`` cut at line ends."""
@@ -306,12 +333,12 @@ def _cells(row: str) -> list[str]:
 
 
 def _table_rows(lines: list[str]) -> list[str]:
-    """A markdown table's rows, each read with its header ("Level: ERROR; Numeric value: 40")."""
+    """A table's rows, each read with its header, the first row ("Level: ERROR; Numeric
+    value: 40")."""
     rows = [line for line in lines if not _TABLE_RULE.match(line)]
-    has_rule = len(lines) > 1 and bool(_TABLE_RULE.match(lines[1]))
-    header = _cells(rows[0]) if has_rule else []
+    header = _cells(rows[0])
     out = []
-    for row in rows[1:] if has_rule else rows:
+    for row in rows[1:]:
         cells = _cells(row)
         if header and len(header) == len(cells):
             pairs = [f"{h}: {c}" if h else c for h, c in zip(header, cells, strict=True) if c]
