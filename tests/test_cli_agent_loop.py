@@ -31,7 +31,8 @@ def test_prints_the_seeds_table(kb_file):
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    head = out.splitlines()[:6]
+    what, *head = out.splitlines()[:7]
+    assert what.startswith("loop:         RetrievalLoop (offline")  # what ran, by its name
     assert head[0] == "query:        'how heavy is a tent?'"
     assert head[1] == "stop_reason:  max_iterations"
     assert re.fullmatch(r"budget_used:  tokens=\d+ wall_ms=\d+ iters=4", head[2])

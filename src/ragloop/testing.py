@@ -30,6 +30,7 @@ from typing import Any, Union
 
 from ragloop.components.text import STOPWORDS, tokenize
 from ragloop.core.errors import ComponentError, ScriptExhausted
+from ragloop.core.limits import requested_max_tokens
 from ragloop.core.records import Chunk, Message, ModelResponse, Tool, Usage
 
 ReplyFunction = Callable[[list[Message]], "ModelResponse | str | Awaitable[ModelResponse | str]"]
@@ -41,10 +42,18 @@ ModelFunction = Callable[
 
 @dataclass(frozen=True)
 class ModelCall:
-    """One recorded call: the messages and tools the model received."""
+    """One recorded call: the messages and tools the model received, and the reply bound the
+    caller asked for (``max_tokens``, None when unbounded)."""
 
     messages: list[Message]
     tools: list[Tool] | None = None
+    max_tokens: int | None = None
+
+    @classmethod
+    def of(cls, messages: list[Message], tools: list[Tool] | None) -> ModelCall:
+        return cls(
+            list(messages), list(tools) if tools is not None else None, requested_max_tokens()
+        )
 
     @property
     def prompt(self) -> str:
@@ -102,7 +111,7 @@ class ScriptedModel:
         self.replies.extend(replies)
 
     def _next(self, messages: list[Message], tools: list[Tool] | None) -> Reply:
-        self.calls.append(ModelCall(list(messages), list(tools) if tools is not None else None))
+        self.calls.append(ModelCall.of(messages, tools))
         if not self.replies:
             raise ScriptExhausted(
                 f"ScriptedModel {self.name!r} has no reply left for call {len(self.calls)}"
@@ -148,7 +157,7 @@ class FunctionModel:
         self.calls: list[ModelCall] = []
 
     def complete(self, messages: list[Message], tools: list[Tool] | None = None) -> ModelResponse:
-        self.calls.append(ModelCall(list(messages), list(tools) if tools is not None else None))
+        self.calls.append(ModelCall.of(messages, tools))
         reply = self.function(list(messages), tools)
         _refuse_awaitable(reply, "model function")
         return _with_usage(_as_response(reply, "FunctionModel function"), self.usage)
@@ -156,7 +165,7 @@ class FunctionModel:
     async def acomplete(
         self, messages: list[Message], tools: list[Tool] | None = None
     ) -> ModelResponse:
-        self.calls.append(ModelCall(list(messages), list(tools) if tools is not None else None))
+        self.calls.append(ModelCall.of(messages, tools))
         reply: Any = self.function(list(messages), tools)
         if inspect.isawaitable(reply):
             reply = await reply

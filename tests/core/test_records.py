@@ -48,6 +48,8 @@ def test_stop_reason_values_are_the_documented_lower_case_strings():
         "diminishing_returns",
         "no_improvement",
         "caller_stop",
+        "cancelled",
+        "no_new_queries",
         "budget_tokens",
         "budget_dollars",
         "budget_wall_ms",
@@ -56,6 +58,21 @@ def test_stop_reason_values_are_the_documented_lower_case_strings():
     assert StopReason("budget_iter").is_budget
     assert not StopReason.CONVERGED.is_budget
     assert str(StopReason.ANSWERED) == "answered"
+
+
+def test_every_stop_reason_has_an_outcome_of_its_kind():
+    outcomes = {reason: reason.outcome for reason in StopReason}
+    assert set(outcomes.values()) == {
+        "success",
+        "settled",
+        "limit",
+        "budget",
+        "caller",
+        "gave_up",
+        "error",
+    }
+    assert outcomes[StopReason.NO_NEW_QUERIES] == "settled" != outcomes[StopReason.CALLER_STOP]
+    assert {outcomes[r] for r in StopReason if r.is_budget} == {"budget"}
 
 
 def test_message_tool_call_and_response_defaults():

@@ -26,6 +26,7 @@ from ragloop import (
     RetrievalResult,
     StopReason,
 )
+from ragloop.core.limits import LLMCall
 from ragloop.engines.agent_options import AgentLoopOptions
 from ragloop.engines.rag import RAGLoopOptions
 from ragloop.engines.retrieval import RetrievalLoopOptions
@@ -67,6 +68,7 @@ def test_every_result_has_the_same_names_with_the_same_types(kb):
         assert result.error is None
         assert result.budget_used.iters >= 1
         assert "usage" in type(result).model_fields
+        assert all(isinstance(call, LLMCall) for call in result.llm_calls)
     rag, agent, retrieval = run_each(kb)
     assert rag.iterations == len(rag.trace)
     assert retrieval.iterations == len(retrieval.trace)

@@ -79,7 +79,7 @@ def test_iterations_record_exactly_the_listed_fields():
 def test_a_run_searches_each_refinement_and_gathers_the_evidence():
     loop, retriever = make(ListRefiner("q1", ["q2", "q3"]), min_new_chunks_per_iter=0)
     result = loop.run(Q)
-    assert result.stop_reason == StopReason.CALLER_STOP  # the refiner ran out
+    assert result.stop_reason == StopReason.NO_NEW_QUERIES  # the refiner ran out, not the caller
     assert queries_of(result) == [Q, "q1", "q2 | q3"]
     assert [q for q, _ in retriever.calls] == [Q, "q1", "q2", "q3"]
     assert all(k == 10 for _, k in retriever.calls)  # top_k
@@ -123,7 +123,7 @@ def test_sub_queries_come_first_then_the_refiner():
     result = loop.run(Q, sub_queries=["q1", "q2"])
     assert queries_of(result) == [Q, "q1", "q2", "q3"]
     assert len(refiner.contexts) == 2  # after q2, then after q3 (it returned None)
-    assert result.stop_reason == StopReason.CALLER_STOP
+    assert result.stop_reason == StopReason.NO_NEW_QUERIES
 
 
 def test_the_refiner_sees_the_whole_run():
@@ -178,7 +178,7 @@ def test_diminishing_returns_never_on_iteration_0_and_zero_disables_it():
     assert result.stop_reason == StopReason.DIMINISHING_RETURNS
     assert [it.new_chunks_n for it in result.trace] == [1, 1]
     loop, _ = make(ListRefiner("q1", "q1"), table=table, min_new_chunks_per_iter=0)
-    assert loop.run(Q).stop_reason == StopReason.CALLER_STOP  # ran until the refiner stopped
+    assert loop.run(Q).stop_reason == StopReason.NO_NEW_QUERIES  # ran until the refiner stopped
 
 
 def test_no_improvement_follows_seed_003s_code():
@@ -193,7 +193,7 @@ def test_no_improvement_follows_seed_003s_code():
     assert result.stop_reason == StopReason.NO_IMPROVEMENT
     assert len(result.trace) == 2  # the non-improving iteration is recorded
     loop, _ = make(ListRefiner("q1", "q2"), table=table, improvement_threshold=0.25)
-    assert loop.run(Q).stop_reason == StopReason.CALLER_STOP  # only "less than" stops
+    assert loop.run(Q).stop_reason == StopReason.NO_NEW_QUERIES  # only "less than" stops
     # the first iteration is compared with 0.0, as in the seed's code
     loop, _ = make(ListRefiner("q1"), table=table, improvement_threshold=0.625)
     result = loop.run(Q)
@@ -301,7 +301,7 @@ def test_zero_is_exhausted_before_the_first_iteration(budget, reason):
 
 def test_none_is_uncapped_and_max_iter_caps_iterations():
     loop, _ = make(ListRefiner("q1", "q2", "q3"), min_new_chunks_per_iter=0)
-    assert loop.run(Q, budget=Budget()).stop_reason == StopReason.CALLER_STOP
+    assert loop.run(Q, budget=Budget()).stop_reason == StopReason.NO_NEW_QUERIES
     loop, _ = make(ListRefiner("q1", "q2", "q3"), min_new_chunks_per_iter=0)
     result = loop.run(Q, budget=Budget(max_iter=2))
     assert (result.stop_reason, len(result.trace)) == (StopReason.BUDGET_ITER, 2)
@@ -429,5 +429,5 @@ def test_invalid_components_and_arguments_are_refused():
 def test_should_continue_returning_none_has_no_opinion():
     loop, _ = make(ListRefiner("q1"), min_new_chunks_per_iter=0)
     result = loop.run(Q, should_continue=lambda history: None)
-    assert (result.stop_reason, len(result.trace)) == (StopReason.CALLER_STOP, 2)
+    assert (result.stop_reason, len(result.trace)) == (StopReason.NO_NEW_QUERIES, 2)
     assert queries_of(result) == [Q, "q1"]  # the refiner, not the callback, ended it

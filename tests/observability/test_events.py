@@ -47,15 +47,19 @@ def test_a_listener_sees_every_event_of_a_run_in_order():
         result = run_agent()
     assert [(e.kind, e.iteration) for e in events] == [
         (EventKind.RUN_STARTED, None),
+        (EventKind.SEARCH, 0),
         (EventKind.TOOL_CALL, 0),
         (EventKind.ITERATION, 0),
         (EventKind.TOOL_CALL, 1),
         (EventKind.ITERATION, 1),
+        (EventKind.ANSWER, 1),
         (EventKind.RUN_FINISHED, None),
     ]
     assert {e.run_id for e in events} == {result.run_id}
     assert {e.engine for e in events} == {"agent"}
-    search, _, answer, turn_event, finished = events[1:]
+    searched, search, _, answer, turn_event, answered, finished = events[1:]
+    assert searched.attributes["chunks"] == search.attributes["chunks"]
+    assert answered.attributes == {"citations": [], "final": True}  # content capture is off
     assert answer.attributes["tool"] == "answer"
     assert search.attributes == {
         "tool": "search",
@@ -100,7 +104,7 @@ def test_a_failing_listener_is_logged_and_does_not_break_the_run(caplog):
     with caplog.at_level(logging.WARNING, logger="ragloop"), listen(broken), listen(seen.append):
         result = run_agent()
     assert result.stop_reason == StopReason.ANSWERED
-    assert len(seen) == 6  # later listeners still get every event
+    assert len(seen) == 8  # later listeners still get every event
     assert "listener" in caplog.text
     assert "listener bug" in caplog.text
 
@@ -110,15 +114,19 @@ def test_content_joins_events_only_when_enabled():
     with listen(events.append):
         run_agent()
     assert "question" not in events[0].attributes
-    assert "args" not in events[1].attributes
+    assert "query" not in events[1].attributes
+    assert "args" not in events[2].attributes
+    assert "text" not in events[-2].attributes
     assert "answer" not in events[-1].attributes
     events.clear()
     set_trace_content(True)
     with listen(events.append):
         run_agent()
     assert events[0].attributes["question"] == Q
-    assert events[1].attributes["args"] == {"query": "refunds"}
-    assert events[1].attributes["summary"].startswith("Found 1 chunks.")
+    assert events[1].attributes["query"] == "refunds"
+    assert events[2].attributes["args"] == {"query": "refunds"}
+    assert events[2].attributes["summary"].startswith("Found 1 chunks.")
+    assert events[-2].attributes["text"] == "30 days"
     assert events[-1].attributes["answer"] == "30 days"
 
 

@@ -46,6 +46,12 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        path = self.path.split("?")[0]
+        owner.gets.append(path)
+        self._send_body(owner.pages.get(path) or Reply(404, json={"error": "not found"}))
+
     def do_POST(self) -> None:
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         owner = self.server.owner
@@ -101,10 +107,13 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackServer:
-    """Start with ``start()``; queue answers with ``reply()``; read ``received``."""
+    """Start with ``start()``; queue answers to POSTs with ``reply()``; answer GETs of a path
+    with ``pages[path]`` (404 when absent); read ``received`` (the POSTs) and ``gets``."""
 
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
+        self.pages: dict[str, Reply] = {}
+        self.gets: list[str] = []
         self.received: list[Received] = []
         self.released = threading.Event()
         self._httpd = _Server(("127.0.0.1", 0), _Handler)

@@ -59,6 +59,7 @@ def test_complete_sends_the_documented_request_and_reads_text_usage_and_cost(ser
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "Capital?"},
         ],
+        "max_tokens": 4096,  # no reply is unbounded
     }
 
 
@@ -163,7 +164,7 @@ def test_options_json_mode_temperature_max_tokens_and_extra_body_are_sent(server
 def test_openai_itself_gets_max_completion_tokens():
     model = OpenAICompatibleModel("o3", api_key="sk-test", max_tokens=64)
     assert model.provider == "openai"
-    payload = model._payload(ASK, None, stream=False)
+    payload = model._body(ASK, None, stream=False, max_tokens=None)
     assert payload["max_completion_tokens"] == 64
     assert "max_tokens" not in payload
 

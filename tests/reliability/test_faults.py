@@ -172,7 +172,7 @@ async def test_a_cancelled_run_still_stores_its_trace():
     with TraceRecorder() as recorder, pytest.raises(TimeoutError):
         await asyncio.wait_for(loop.arun(QUESTION), timeout=0.3)
     (record,) = recorder.records.values()
-    assert record.stop_reason == "error"
+    assert record.stop_reason == "cancelled"
 
 
 async def test_token_budget_holds_against_a_model_that_never_converges():

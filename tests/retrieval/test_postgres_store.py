@@ -191,14 +191,14 @@ def test_nul_characters_are_dropped_not_fatal(dsn, postgres_schema):
     kb.close()
 
 
-def test_query_vectors_are_cached_in_the_database(dsn, postgres_schema):
+def test_a_search_writes_nothing_and_stats_count_chunk_vectors(dsn, postgres_schema):
     embedder = HashEmbedder(32)
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=embedder)
     kb.add_documents(docs("q", 2))
     kb.search("where is the tent", mode="dense")
     kb.close()
     store = PostgresStore(dsn, schema=postgres_schema)
-    assert store.stats().vectors == 3  # two chunks and the query
+    assert store.stats().vectors == 2  # the two chunks; the query was cached in memory only
     for wrong in ([1.0] * 8, [0.0] * 32):
         with pytest.raises(StoreError, match="query vector"):
             store.vector_search(wrong, 1, Scope())

@@ -1,28 +1,69 @@
-"""The ragloop command line: thin commands over the public API; rich output only here."""
+"""The ragloop command line: thin commands over the public API; rich output only here.
+
+Each command lives in its own module, imported only when that command runs (or shows its own
+help): ``ragloop --help`` lists them from the one-line summaries below and loads nothing else,
+so it answers at once. tests/test_startup.py keeps each summary equal to its command's.
+"""
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from ragloop.cli.agent_loop import agent_loop
-from ragloop.cli.ask import ask
-from ragloop.cli.eval import eval_command
-from ragloop.cli.ingest import ingest
-from ragloop.cli.kb import kb_group
-from ragloop.cli.search import search
-from ragloop.cli.traces import traces_group
+# name -> (module:attribute, the command's one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "agent-loop": (
+        "ragloop.cli.agent_loop:agent_loop",
+        "Gather evidence for QUERY with the retrieval loop (offline, no LLM).",
+    ),
+    "ask": (
+        "ragloop.cli.ask:ask",
+        "Answer QUESTION from the knowledge base, showing each iteration of the loop.",
+    ),
+    "eval": (
+        "ragloop.cli.eval:eval_command",
+        "Compare one-shot retrieval with the loops on DATASET (HotpotQA, IRCoT, MuSiQue, BEIR "
+        "or simple JSONL), at equal k, with paired significance tests.",
+    ),
+    "ingest": (
+        "ragloop.cli.ingest:ingest",
+        "Ingest files and folders (txt, md, rst, html, json, jsonl, csv, pdf).",
+    ),
+    "kb": ("ragloop.cli.kb:kb_group", "Inspect and manage the knowledge base."),
+    "search": (
+        "ragloop.cli.search:search",
+        'Search the knowledge base for QUERY ("-" reads it from standard input).',
+    ),
+    "traces": ("ragloop.cli.traces:traces_group", "Look at the runs `ragloop ask` stored."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose commands are imported when used (see the module docstring)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attribute = COMMANDS[cmd_name][0].split(":")
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        # shortened as click shortens a command's help, from the summary alone
+        rows = [
+            (name, click.Command(name, help=summary).get_short_help_str(limit))
+            for name, (_, summary) in COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(sorted(rows))
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ragloop", prog_name="ragloop")
 def main() -> None:
     """ragloop: retrieval loops that notice a miss, try again, and show why."""
-
-
-main.add_command(ingest)
-main.add_command(search)
-main.add_command(kb_group)
-main.add_command(agent_loop)
-main.add_command(eval_command)
-main.add_command(ask)
-main.add_command(traces_group)

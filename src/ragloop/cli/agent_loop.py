@@ -1,6 +1,7 @@
 """ragloop agent-loop QUERY: seed 004's smoke command, the retrieval loop over the knowledge base.
 
-It runs :meth:`ragloop.RetrievalLoop.offline` (no LLM, no credentials) and prints the run as the
+It runs :meth:`ragloop.RetrievalLoop.offline` (no LLM, no credentials): seed 004 calls its loop
+AgentLoopV0, ragloop calls it RetrievalLoop, and the output says so first. Then the run as the
 seed's table: the query, the stop reason, the budget used, the cache stats, the final chunks and
 one line per iteration.
 """
@@ -12,7 +13,7 @@ import sys
 import click
 
 from ragloop import RagloopError, RetrievalLoop, RetrievalResult
-from ragloop.cli.common import kb_option, open_kb, print_json, shown_path
+from ragloop.cli.common import kb_option, open_kb, print_json, shown_path, text_argument
 from ragloop.cli.demo import open_demo
 from ragloop.observability import install_json_logging
 
@@ -31,6 +32,7 @@ def render(result: RetrievalResult) -> str:
     if spent.dollars:
         budget += f" dollars={spent.dollars:.6f}"
     lines = [
+        "loop:         RetrievalLoop (offline: hybrid search, entity-bridge refiner, no LLM)",
         f"query:        {result.query!r}",
         f"stop_reason:  {result.stop_reason.value}",
         f"budget_used:  {budget}",
@@ -57,7 +59,15 @@ def render(result: RetrievalResult) -> str:
 @click.argument("query")
 @kb_option
 @click.option("--demo", is_flag=True, help="Use the demo knowledge base (built on first use).")
-@click.option("--max-iter", type=click.IntRange(1, 50), default=5, show_default=True)
+@click.option(
+    "--max-iterations",
+    "--max-iter",
+    "max_iter",
+    type=click.IntRange(1, 50),
+    default=5,
+    show_default=True,
+    help="Iterations at most (--max-iter, seed 004's spelling, works too).",
+)
 @click.option(
     "--sub-query",
     "sub_queries",
@@ -83,7 +93,10 @@ def agent_loop(
     as_json: bool,
     log_json: bool,
 ) -> None:
-    """Gather evidence for QUERY with the retrieval loop (offline, no LLM)."""
+    """Gather evidence for QUERY with the retrieval loop (offline, no LLM).
+
+    QUERY "-" reads the query from standard input."""
+    query = text_argument(query, "query")
     if log_json:
         install_json_logging(sys.stderr)
     if kb_location is not None and demo:

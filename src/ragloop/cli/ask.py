@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
-from rich.table import Table
 
-from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, traces_file
+from ragloop.cli.common import (
+    console,
+    errors,
+    kb_option,
+    open_kb,
+    output_file,
+    print_json,
+    text_argument,
+    traces_file,
+)
 from ragloop.cli.demo import open_demo
-from ragloop.cli.display import LiveSteps, render_answer
+from ragloop.cli.display import QUERY_CHARS, LiveSteps, render_answer
+from ragloop.cli.tables import Column, cell, print_table, shorten
 from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
-from ragloop.observability.events import listen
 from ragloop.observability.settings import set_trace_content, trace_content_configured
-from ragloop.observability.traces import TraceRecorder, TraceStore
+from ragloop.observability.traces import TraceRecorder, TraceStore, summarize
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.retrieval.knowledge_base import KnowledgeBase
@@ -44,23 +53,11 @@ def build_engine(
         raise click.ClickException(str(error)) from None
 
 
-def describe_stop(result: Result) -> str:
-    if isinstance(result, LoopResult):
-        if not result.trace:
-            return "before any iteration finished"
-        best = result.best_iteration
-        return (
-            f"after {result.iterations} iteration(s); best: iteration {best.iteration}, "
-            f"score {best.evaluation.score:.2f}"
-        )
-    searches = sum(1 for e in result.tool_history if e.tool == "search")
-    return f"after {result.iterations} turn(s), {searches} search(es)"
-
-
 def heading(text: str, n: int, total: int, *, demo: bool) -> str:
+    shown = cell(shorten(text, QUERY_CHARS))
     if not demo:
-        return f"[bold]{text}[/]"
-    return f"[dim]{n}/{total} · {DEMO_QUESTIONS[n - 1].kind}[/]  [bold]{text}[/]"
+        return f"[bold]{shown}[/]"
+    return f"[dim]{n}/{total} · {DEMO_QUESTIONS[n - 1].kind}[/]  [bold]{shown}[/]"
 
 
 def show_heading(text: str, n: int, total: int, *, demo: bool) -> None:
@@ -72,16 +69,22 @@ def show_heading(text: str, n: int, total: int, *, demo: bool) -> None:
 def run_one(
     loop: Any, question: str, *, quiet: bool, recorder: TraceRecorder
 ) -> tuple[Result, str | None]:
-    """Run the loop on one question; print its steps live unless ``quiet``."""
+    """Run the loop on one question; print its steps live unless ``quiet``: the live view
+    reads the run's event stream (``astream``), as the HTTP stream and the web page do."""
     before = set(recorder.records)
     if quiet:
         result: Result = loop.run(question)
     else:
-        with (
-            console.status("retrieving…") as status,
-            listen(LiveSteps(console, on_step=lambda: status.update("next iteration…"))),
-        ):
-            result = loop.run(question)
+        with console.status("retrieving…") as status:
+            live = LiveSteps(console, on_status=status.update)
+
+            async def watch() -> Result:
+                stream = loop.astream(question)
+                async for event in stream:
+                    live(event)
+                return cast(Result, stream.result)
+
+            result = asyncio.run(watch())
     new = [rid for rid in recorder.records if rid not in before]
     return result, new[-1] if new else None
 
@@ -111,9 +114,12 @@ def run_one(
 )
 @click.option(
     "--max-iterations",
+    "--max-iter",
+    "max_iterations",
     type=click.IntRange(1, 50),
     default=None,
-    help="Iterations (rag), turns (agent) or retrieval hops (retrieval) at most.",
+    help="Iterations (rag), turns (agent) or retrieval hops (retrieval) at most "
+    "(--max-iter works too).",
 )
 @click.option(
     "--threshold",
@@ -130,8 +136,9 @@ def run_one(
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @click.option(
     "--trace-out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     default=None,
+    callback=output_file,
     help="Also write the run's trace to this JSON file.",
 )
 def ask(
@@ -148,11 +155,14 @@ def ask(
 ) -> None:
     """Answer QUESTION from the knowledge base, showing each iteration of the loop.
 
-    Works offline by default. Every run is stored as a trace beside the knowledge base
-    (see `ragloop traces`); RAGLOOP_TRACE_CONTENT=0 leaves document and prompt text out.
+    QUESTION "-" reads the question from standard input. Works offline by default. Every run
+    is stored as a trace beside the knowledge base (see `ragloop traces`);
+    RAGLOOP_TRACE_CONTENT=0 leaves document and prompt text out.
     """
     if question is None and not demo:
         raise click.UsageError("give a QUESTION, or --demo to ask the demo questions")
+    if question is not None:
+        question = text_argument(question, "question")
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
     if not trace_content_configured():
@@ -226,7 +236,14 @@ def ask_one(
         show_heading(text, n, total, demo=listing)
     result, trace_id = run_one(loop, text, quiet=quiet, recorder=recorder)
     if not quiet:
-        console.print(render_answer(result.answer, result.stop_reason.value, describe_stop(result)))
+        # what ran and why it stopped, as `traces show` and the HTML report say it
+        record = recorder.records.get(trace_id) if trace_id else None
+        if record is not None:
+            summary = summarize(record)
+            stop, detail = summary.stop_reason, summary.detail
+        else:
+            stop, detail = result.stop_reason.value, f"after {result.iterations} iteration(s)"
+        console.print(render_answer(result.answer, stop, detail))
         if trace_id:
             where = " --demo" if demo else ""
             console.print(
@@ -236,12 +253,7 @@ def ask_one(
 
 
 def show_summary(results: list[Result]) -> None:
-    table = Table(title="demo questions", title_justify="left")
-    table.add_column("question", no_wrap=True)
-    table.add_column("iterations", justify="right")
-    table.add_column("strategies", no_wrap=True)
-    table.add_column("stopped")
-    table.add_column("facts found")
+    rows = []
     for demo_question, result in zip(DEMO_QUESTIONS, results, strict=True):
         strategies = (
             [it.strategy.value for it in result.trace if it.strategy]
@@ -249,11 +261,15 @@ def show_summary(results: list[Result]) -> None:
             else [e.tool for e in result.tool_history]
         )
         found = [f for f in demo_question.facts if f in (result.answer or "")]
-        table.add_row(
-            demo_question.kind,
-            str(result.iterations),
-            ", ".join(strategies) or "-",
-            result.stop_reason.value,
-            f"{len(found)}/{len(demo_question.facts)}: {', '.join(found) or '-'}",
+        rows.append(
+            [
+                demo_question.kind,
+                str(result.iterations),
+                ", ".join(strategies) or "-",
+                result.stop_reason.value,
+                cell(f"{len(found)}/{len(demo_question.facts)}: {', '.join(found) or '-'}"),
+            ]
         )
-    console.print(table)
+    columns: list[Column | str] = ["question", Column("iterations", numeric=True)]
+    columns += ["strategies", "stopped", "facts found"]
+    print_table(console, columns, rows, title="demo questions")

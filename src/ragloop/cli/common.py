@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,14 +50,81 @@ def open_kb(
 ) -> KnowledgeBase:
     """Open the knowledge base (a file, or PostgreSQL for a postgresql:// or postgres:// URL),
     turning ragloop errors into clean CLI errors. Read commands pass ``create=False``: a
-    missing knowledge base is an error, never silently created."""
+    missing knowledge base is an error, never silently created; a file created here is removed
+    again when opening it fails (an embedder that cannot load leaves nothing behind)."""
     location = location or default_kb_location()
-    try:
-        if is_postgres_dsn(location):
+    if is_postgres_dsn(location):
+        try:
             return PostgresKnowledgeBase(location, create=create, embedder=embedder)
-        return KnowledgeBase(Path(location).expanduser(), create=create, embedder=embedder)
+        except RagloopError as error:
+            raise click.ClickException(str(error)) from None
+    file = Path(location).expanduser()
+    existed = file.exists()
+    try:
+        return KnowledgeBase(file, create=create, embedder=embedder)
     except RagloopError as error:
+        if not existed:
+            for leftover in (file, Path(f"{file}-wal"), Path(f"{file}-shm")):
+                leftover.unlink(missing_ok=True)
         raise click.ClickException(str(error)) from None
+
+
+# -- what commands are given --------------------------------------------------------------------
+
+
+class InputError(click.ClickException):
+    """Bad input, refused before any work: one line on stderr, exit status 2 (as a usage
+    error), no traceback."""
+
+    exit_code = 2
+
+
+def _option(param: click.Parameter) -> str:
+    return param.opts[0] if param.opts else (param.name or "value")
+
+
+EMBEDDER_HELP = (
+    "default, minilm, e5, hash, hash-DIM, none (keyword search only), or a provider spec"
+)
+
+
+def check_embedder(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """An ``--embedder`` name ragloop knows, refused before any work otherwise."""
+    from ragloop.retrieval.embedders import EMBEDDERS, MODEL_IDS
+
+    name = MODEL_IDS.get(value, value)
+    hashed = name.startswith("hash-") and name[5:].isdigit()
+    if name in ("default", "none", *EMBEDDERS) or hashed or ":" in name:
+        return value
+    known = ", ".join(["default", *EMBEDDERS, "hash-DIM", "none"])
+    raise InputError(f"{_option(param)}: unknown embedder {value!r}; choose from {known}")
+
+
+def text_argument(value: str, what: str) -> str:
+    """A query or question argument: ``-`` reads it from standard input (for text longer than a
+    command line may hold); blank text is refused before any work."""
+    if value == "-":
+        value = sys.stdin.read()
+    if not value.strip():
+        raise InputError(f"the {what} is empty")
+    return value
+
+
+def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """An output file option, checked before any work: its folder must exist and be writable,
+    so a long run never fails at its very end."""
+    if value is None:
+        return None
+    path = value.expanduser()
+    folder = path.parent
+    where = _option(param)
+    if not folder.is_dir():
+        raise InputError(f"{where}: the folder {str(folder)!r} does not exist")
+    if path.is_dir():
+        raise InputError(f"{where}: {str(path)!r} is a folder")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"{where}: {str(path)!r} cannot be written")
+    return path
 
 
 def traces_file(location: str | None) -> Path:

@@ -13,10 +13,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ragloop.cli.common import shown_path
+from ragloop.cli.tables import cell, shorten
+from ragloop.core.records import StopReason
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.observability.traces import TraceRecord, TraceStep, trace_steps
+from ragloop.observability.traces import TraceRecord, TraceStep, summarize, trace_steps
 
 SHOWN_CHUNKS = 3
+QUERY_CHARS = 300  # of a query or question in a step or heading; traces and --json hold it all
+REASON_CHARS = 600  # of an evaluator's reason or a controller's note (they may quote the question)
 
 
 def score_bar(score: float, width: int = 20) -> Text:
@@ -42,18 +46,18 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
         title.append("  " + ", ".join(tools), style="magenta")
     lines: list[RenderableType] = [title]
     for query in step.queries:
-        lines.append(Text.assemble(("  query  ", "dim"), (query, "italic")))
+        lines.append(Text.assemble(("  query  ", "dim"), (shorten(query, QUERY_CHARS), "italic")))
     if step.note:
-        lines.append(Text.assemble(("  why    ", "dim"), step.note))
+        lines.append(Text.assemble(("  why    ", "dim"), shorten(step.note, REASON_CHARS)))
     if step.chunks:
         table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
-        table.add_column(justify="right", style="dim")
-        table.add_column(justify="right")
-        table.add_column()
+        table.add_column(justify="right", style="dim", no_wrap=True)
+        table.add_column(justify="right", no_wrap=True)
+        table.add_column(overflow="fold")
         for rank, chunk in enumerate(step.chunks[:SHOWN_CHUNKS], 1):
-            where = shown_path(chunk.source)
+            where = cell(shown_path(chunk.source))
             if chunk.title:
-                where += f"  [dim]{chunk.title}[/]"
+                where += f"  [dim]{cell(chunk.title)}[/]"
             table.add_row(f"{rank}.", f"{chunk.score:.3f}", where)
         more = len(step.chunks) - SHOWN_CHUNKS
         lines.append(Padding(table, (0, 0, 0, 9)))
@@ -62,41 +66,75 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
     if step.score is not None:
         lines.append(Text.assemble(("  score  ", "dim"), score_bar(step.score)))
     if step.reason:
-        lines.append(Text.assemble(("  reason ", "dim"), (step.reason, "yellow")))
+        lines.append(
+            Text.assemble(("  reason ", "dim"), (shorten(step.reason, REASON_CHARS), "yellow"))
+        )
     return Padding(Group(*lines), (0, 0, 1, 0))
 
 
-# How a run's end is shown: only a converged or answered run has an answer it stands by.
-CONFIDENT_STOPS = frozenset({"converged", "answered"})
-NOT_ANSWERED_STOPS = frozenset({"gave_up", "error"})
+# the colour of each kind of stop (StopReason.outcome), here as in the HTML report
+OUTCOME_STYLES = {
+    "success": "green",
+    "settled": "cyan",
+    "limit": "blue",
+    "budget": "yellow",
+    "caller": "magenta",
+    "gave_up": "bright_black",
+    "error": "red",
+}
+
+
+def stop_style(stop_reason: str) -> str:
+    try:
+        outcome = StopReason(stop_reason).outcome
+    except ValueError:  # a trace written by another version
+        return "bold"
+    return f"bold {OUTCOME_STYLES[outcome]}"
+
+
+def answer_title(stop_reason: str) -> tuple[str, str]:
+    """How far to trust a run's answer, as a panel title and colour: only a converged or
+    answered run stands by its answer; one that gave up or failed did not answer; any other
+    stop (attempts, budget or evidence ran out) leaves a best attempt."""
+    try:
+        outcome = StopReason(stop_reason).outcome
+    except ValueError:
+        outcome = ""
+    if outcome == "success":
+        return "Answer", "green"
+    if outcome in ("gave_up", "error"):
+        return "Not answered", "red"
+    return "Not confident: best attempt", "yellow"
 
 
 def render_answer(answer: str | None, stop_reason: str, detail: str) -> RenderableType:
-    """The answer in a panel whose title and colour say how far to trust it: "Answer" (green)
-    for a converged or answered run, "Not confident: best attempt" (yellow) when the loop ran
-    out of attempts or budget, "Not answered" (red) when it gave up or failed."""
-    if stop_reason in CONFIDENT_STOPS:
-        title, colour = "Answer", "green"
-    elif stop_reason in NOT_ANSWERED_STOPS:
-        title, colour = "Not answered", "red"
-    else:
-        title, colour = "Not confident: best attempt", "yellow"
+    """The answer in a panel whose title and colour say how far to trust it
+    (:func:`answer_title`)."""
+    title, colour = answer_title(stop_reason)
     body = Text(answer or "(no answer)")
-    footer = Text.assemble(("stopped: ", "dim"), (stop_reason, "bold"), (f"  {detail}", "dim"))
+    footer = Text.assemble(
+        ("stopped: ", "dim"), (stop_reason, stop_style(stop_reason)), (f"  {detail}", "dim")
+    )
     return Panel(
         Group(body, Text(""), footer), title=title, title_align="left", border_style=colour
     )
 
 
 class LiveSteps:
-    """An event listener that prints each step of the run being watched as it finishes."""
+    """Prints each step of the run being watched as it finishes, reading the run's events;
+    ``on_status`` is told what the run is doing meanwhile (searching, answering, judging)."""
 
-    def __init__(self, console: Console, *, on_step: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, console: Console, *, on_status: Callable[[str], object] | None = None
+    ) -> None:
         self.console = console
         self.events: dict[str, list[LoopEvent]] = {}
-        self.on_step = on_step
+        self.on_status = on_status
 
     def __call__(self, event: LoopEvent) -> None:
+        status = live_status(event)
+        if status is not None and self.on_status is not None:
+            self.on_status(status)
         events = self.events.setdefault(event.run_id, [])
         events.append(event)
         if event.kind is not EventKind.ITERATION or event.iteration is None:
@@ -105,8 +143,23 @@ class LiveSteps:
         steps = trace_steps(record)
         if steps:
             self.console.print(render_step(steps[-1], event.engine))
-            if self.on_step is not None:
-                self.on_step()
+
+
+def live_status(event: LoopEvent) -> str | None:
+    """A few words on what the run is doing after ``event``, or None to keep the last ones."""
+    a = event.attributes
+    if event.kind is EventKind.SEARCH:
+        found = len(a.get("chunks") or [])
+        return f"searched {shorten(str(a.get('query', '')), 60)!r}: {found} chunk(s)…"
+    if event.kind is EventKind.ANSWER and not a.get("final"):
+        return "judging the answer…"
+    if event.kind is EventKind.EVALUATION:
+        return f"score {a.get('score', 0.0):.2f}…"
+    if event.kind is EventKind.REFORMULATION:
+        return f"reformulating ({a.get('strategy')})…"
+    if event.kind is EventKind.ITERATION:
+        return "next iteration…"
+    return None
 
 
 def print_trace(console: Console, record: TraceRecord) -> None:
@@ -116,15 +169,33 @@ def print_trace(console: Console, record: TraceRecord) -> None:
     console.print(
         Text.assemble(
             ("question  ", "dim"),
-            (record.question or "(not recorded: content capture was off)", "bold"),
+            (
+                shorten(record.question, QUERY_CHARS)
+                if record.question
+                else "(not recorded: content capture was off)",
+                "bold",
+            ),
         )
     )
-    meta = ", ".join(f"{k}={v}" for k, v in record.meta.items() if v is not None)
-    console.print(Text(f"engine {record.engine} · {when} · {meta}", style="dim"))
+    steps = trace_steps(record)
+    summary = summarize(record, steps)
+    meta = ", ".join(f"{k}={v}" for k, v in record.meta.items() if v is not None and k != "engine")
+    console.print(Text(f"engine {summary.engine} · {when} · {meta}", style="dim"))
     console.print()
-    for step in trace_steps(record):
-        console.print(render_step(step, record.engine))
-    detail = f"after {record.iterations} iteration(s)"
+    for step in steps:
+        print_step(console, step, record.engine)
+    detail = summary.detail
     if record.duration_ms is not None:
         detail += f" in {record.duration_ms / 1000:.1f} s"
-    console.print(render_answer(record.answer, record.stop_reason or "-", detail))
+    console.print(render_answer(record.answer, summary.stop_reason, detail))
+
+
+def print_step(console: Console, step: TraceStep, engine: str) -> None:
+    """A stored step: the retrieval hops that served it, then the step itself."""
+    for hop in step.hops:
+        console.print(render_step(hop, "retrieval"))
+    if step.hop_stops:
+        stops = ", ".join(dict.fromkeys(step.hop_stops))
+        console.print(Text(f"  retrieval stopped: {stops}", style="dim"), "")
+    if step.finished:
+        console.print(render_step(step, engine))

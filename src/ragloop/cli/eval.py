@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from pathlib import Path
 
 import click
@@ -15,9 +16,16 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.table import Table
 
-from ragloop.cli.common import console, errors
+from ragloop.cli.common import (
+    EMBEDDER_HELP,
+    InputError,
+    check_embedder,
+    console,
+    errors,
+    output_file,
+)
+from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 from ragloop.evaluation.configurations import ENGINES, build_knowledge_base, make_configuration
 from ragloop.evaluation.datasets import EvalDataset, load_dataset
@@ -68,10 +76,7 @@ def _parse_settings(settings: tuple[str, ...]) -> dict[str, object]:
     help="Knowledge base to build the pool into (default: a cached file per dataset).",
 )
 @click.option(
-    "--embedder",
-    default="default",
-    show_default=True,
-    help="default, minilm, e5, hash, or none (keyword search only).",
+    "--embedder", default="default", show_default=True, callback=check_embedder, help=EMBEDDER_HELP
 )
 @click.option(
     "--engine",
@@ -94,13 +99,15 @@ def _parse_settings(settings: tuple[str, ...]) -> dict[str, object]:
     "json_out",
     type=click.Path(path_type=Path),
     default=None,
+    callback=output_file,
     help="Write the full report (per question too) as JSON.",
 )
 @click.option(
     "--chart",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write a PNG chart of recall against k.",
+    callback=output_file,
+    help="Write a PNG chart of recall against k (needs the eval extra: matplotlib).",
 )
 def eval_command(
     dataset: Path,
@@ -116,6 +123,10 @@ def eval_command(
 ) -> None:
     """Compare one-shot retrieval with the loops on DATASET (HotpotQA, IRCoT, MuSiQue, BEIR or
     simple JSONL), at equal k, with paired significance tests."""
+    if chart is not None and importlib.util.find_spec("matplotlib") is None:
+        raise InputError(
+            "--chart needs matplotlib: pip install 'ragloop[eval]' (or leave --chart out)"
+        )
     try:
         data = load_dataset(dataset, corpus).sample(limit)
         path = kb_path or _cache_path(data, embedder, not no_titles)
@@ -161,41 +172,45 @@ def eval_command(
 def show(report: EvalReport, passages: int) -> None:
     first = report.summaries[0] if report.summaries else None
     questions = first.questions if first else 0
-    table = Table(
-        title=f"{report.dataset}: {questions} questions, {passages:,} passages",
-        title_justify="left",
-    )
-    table.add_column("configuration")
-    for k in report.ks:
-        table.add_column(f"R@{k}", justify="right")
-    for column in ("MRR", "nDCG@10", "F1", "retrievals", "p50 ms", "p95 ms"):
-        table.add_column(column, justify="right")
+    headers = [*(f"R@{k}" for k in report.ks), "MRR", "nDCG@10", "F1"]
+    headers += ["retrievals", "p50 ms", "p95 ms"]
+    rows = []
     for s in report.summaries:
         m = s.metrics
         f1 = f"{m['f1']:.3f}" if "f1" in m else "-"
-        table.add_row(
-            s.name + (" *" if s.baseline else ""),
-            *(f"{m[f'recall_all@{k}']:.3f}" for k in report.ks),
-            f"{m['mrr_first']:.3f}",
-            f"{m['ndcg@10']:.3f}",
-            f1,
-            f"{s.retrieval_calls:.1f}",
-            f"{s.latency_p50_ms:.0f}",
-            f"{s.latency_p95_ms:.0f}",
+        rows.append(
+            [
+                cell(s.name) + (" *" if s.baseline else ""),
+                *(f"{m[f'recall_all@{k}']:.3f}" for k in report.ks),
+                f"{m['mrr_first']:.3f}",
+                f"{m['ndcg@10']:.3f}",
+                f1,
+                f"{s.retrieval_calls:.1f}",
+                f"{s.latency_p50_ms:.0f}",
+                f"{s.latency_p95_ms:.0f}",
+            ]
         )
-    console.print(table)
+    print_table(
+        console,
+        ["configuration", *(Column(h, numeric=True) for h in headers)],
+        rows,
+        title=f"{report.dataset}: {questions} questions, {passages:,} passages",
+    )
     console.print("R@k: recall of all gold passages in the top k; * one-shot baselines.")
     significant = [c for c in report.comparisons if c.metric == "recall_all@5"]
     if significant:
-        tests = Table(title="recall@5 against the best one-shot baseline", title_justify="left")
-        for column in ("configuration", "difference", "p-value", "test"):
-            tests.add_column(column)
-        for c in significant:
-            mark = " (significant)" if c.significant else ""
-            tests.add_row(
-                c.candidate,
-                f"{c.difference * 100:+.1f} points{mark}",
+        rows = [
+            [
+                cell(c.candidate),
+                f"{c.difference * 100:+.1f} points" + (" (significant)" if c.significant else ""),
                 f"{c.p_value:.3g}",
-                f"{c.test} vs {c.baseline}",
-            )
-        console.print(tests)
+                cell(f"{c.test} vs {c.baseline}"),
+            ]
+            for c in significant
+        ]
+        print_table(
+            console,
+            ["configuration", "difference", Column("p-value", numeric=True), "test"],
+            rows,
+            title="recall@5 against the best one-shot baseline",
+        )

@@ -6,11 +6,20 @@ from pathlib import Path
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, shown_path
+from ragloop.cli.common import (
+    EMBEDDER_HELP,
+    check_embedder,
+    console,
+    errors,
+    kb_option,
+    open_kb,
+    print_json,
+    shown_path,
+)
+from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
-from ragloop.retrieval.ingest import IngestReport
+from ragloop.retrieval.ingest import IngestInterrupted, IngestReport
 
 
 @click.command()
@@ -19,10 +28,7 @@ from ragloop.retrieval.ingest import IngestReport
 @click.option("--collection", default="default", show_default=True, help="Collection to fill.")
 @click.option("--sync", is_flag=True, help="Also remove documents whose files left the folders.")
 @click.option(
-    "--embedder",
-    default="default",
-    show_default=True,
-    help="default, minilm, e5, hash, or none (keyword search only).",
+    "--embedder", default="default", show_default=True, callback=check_embedder, help=EMBEDDER_HELP
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
@@ -70,6 +76,15 @@ def ingest(
         where = str(kb.path) if kb.path is not None else kb.stats().path
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
+    except IngestInterrupted as stop:
+        saved = stop.report.added + stop.report.updated
+        click.echo(
+            f"interrupted: {saved} document(s) saved ({stop.report.added} added, "
+            f"{stop.report.updated} updated) before it stopped; run the same command again "
+            "to resume: saved documents are not read again",
+            err=True,
+        )
+        raise click.exceptions.Exit(130) from None
     finally:
         kb.close()
     if as_json:
@@ -79,27 +94,21 @@ def ingest(
 
 
 def show_report(report: IngestReport, where: str | None) -> None:
-    table = Table(title=f"ingested into {where}", title_justify="left")
-    for column in ("added", "updated", "unchanged", "removed", "skipped", "chunks added"):
-        table.add_column(column, justify="right")
-    table.add_row(
-        *(
-            str(n)
-            for n in (
-                report.added,
-                report.updated,
-                report.unchanged,
-                report.removed,
-                len(report.skipped),
-                report.chunks_added,
-            )
-        )
+    counts = (
+        report.added,
+        report.updated,
+        report.unchanged,
+        report.removed,
+        len(report.skipped),
+        report.chunks_added,
     )
-    console.print(table)
+    headers = ("added", "updated", "unchanged", "removed", "skipped", "chunks added")
+    print_table(
+        console,
+        [Column(h, numeric=True) for h in headers],
+        [[str(n) for n in counts]],
+        title=f"ingested into {where}",
+    )
     if report.skipped:
-        skipped = Table(title="skipped", title_justify="left")
-        skipped.add_column("file")
-        skipped.add_column("reason")
-        for path, reason in report.skipped:
-            skipped.add_row(shown_path(path), reason)
-        console.print(skipped)
+        rows = [[cell(shown_path(path)), cell(reason)] for path, reason in report.skipped]
+        print_table(console, ["file", "reason"], rows, title="skipped")

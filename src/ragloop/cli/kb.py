@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
 from ragloop.cli.common import console, kb_option, open_kb, print_json
+from ragloop.cli.tables import Column, cell, print_table
 
 
 @click.group(name="kb")
@@ -26,12 +26,9 @@ def stats(kb_location: str | None, as_json: bool) -> None:
     if as_json:
         print_json(info.model_dump())
         return
-    table = Table(title=str(info.path or "in memory"), title_justify="left", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
     size = f"{info.size_bytes / 1e6:.1f} MB" if info.size_bytes is not None else "-"
     model = f"{info.embedding_model} ({info.dimension}-d)" if info.embedding_model else "none"
-    for what, value in (
+    rows = [
         ("documents", info.documents),
         ("chunks", info.chunks),
         ("vectors", info.vectors),
@@ -39,16 +36,21 @@ def stats(kb_location: str | None, as_json: bool) -> None:
         ("embedding model", model),
         ("dense search", "on" if info.dense else f"off: {info.dense_off_reason}"),
         ("size", size),
-    ):
-        table.add_row(what, str(value))
-    console.print(table)
+    ]
+    print_table(
+        console,
+        ["what", "value"],
+        [[what, cell(value)] for what, value in rows],
+        title=str(info.path or "in memory"),
+        show_header=False,
+    )
     if info.collections:
-        per = Table(title="collections", title_justify="left")
-        for column in ("collection", "documents", "chunks"):
-            per.add_column(column, justify="left" if column == "collection" else "right")
-        for c in info.collections:
-            per.add_row(c.name, str(c.documents), str(c.chunks))
-        console.print(per)
+        print_table(
+            console,
+            ["collection", Column("documents", numeric=True), Column("chunks", numeric=True)],
+            [[cell(c.name), str(c.documents), str(c.chunks)] for c in info.collections],
+            title="collections",
+        )
 
 
 @kb_group.command()

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import click
-from rich.table import Table
 
-from ragloop.cli.common import console, errors, kb_option, open_kb, print_json, shown_path
+from ragloop.cli.common import (
+    console,
+    errors,
+    kb_option,
+    open_kb,
+    print_json,
+    shown_path,
+    text_argument,
+)
 from ragloop.cli.demo import open_demo
+from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 from ragloop.retrieval.knowledge_base import SEARCH_MODES
 
@@ -28,7 +36,8 @@ def search(
     as_json: bool,
     demo: bool,
 ) -> None:
-    """Search the knowledge base."""
+    """Search the knowledge base for QUERY ("-" reads it from standard input)."""
+    query = text_argument(query, "query")
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
     kb = open_demo() if demo else open_kb(kb_location, create=False)
@@ -51,15 +60,17 @@ def search(
     if not chunks:
         console.print("no results")
         return
-    table = Table(show_lines=True)
-    table.add_column("#", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("source")
-    table.add_column("text")
+    rows = []
     for rank, chunk in enumerate(chunks, 1):
         title = chunk.metadata.get("title") or ""
         heading = " > ".join(chunk.metadata.get("heading_path") or [])
-        where = f"{shown_path(chunk.source)}\n[dim]{heading or title}[/]"
+        where = f"{cell(shown_path(chunk.source))}\n[dim]{cell(heading or title)}[/]"
         text = chunk.content if len(chunk.content) <= 300 else chunk.content[:299] + "…"
-        table.add_row(str(rank), f"{chunk.score:.3f}", where, text)
-    console.print(table)
+        rows.append([str(rank), f"{chunk.score:.3f}", where, cell(text)])
+    columns: list[Column | str] = [
+        Column("#", numeric=True),
+        Column("score", numeric=True),
+        "source",
+        "text",
+    ]
+    print_table(console, columns, rows)

@@ -8,16 +8,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from rich.table import Table
 
-from ragloop.cli.common import console, kb_option, print_json, traces_file
+from ragloop.cli.common import console, kb_option, output_file, print_json, traces_file
 from ragloop.cli.display import print_trace
+from ragloop.cli.tables import Column, cell, print_table, shorten
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
 from ragloop.demo import demo_kb_path
 from ragloop.observability.report_html import render_html
 from ragloop.observability.traces import TraceRecord, TraceStore
 
 F = TypeVar("F", bound=Callable[..., Any])
+QUESTION_CHARS = 120  # of a question in the list; `traces show` and --json hold it whole
 
 
 def demo_option(function: F) -> F:
@@ -58,14 +59,17 @@ def list_traces(kb_location: str | None, demo: bool, limit: int, as_json: bool) 
     if not records:
         console.print(f"no traces yet in {store.path}")
         return
-    table = Table(title=str(store.path), title_justify="left")
-    for column in ("id", "when", "engine", "question", "iterations", "stopped"):
-        table.add_column(column, justify="right" if column == "iterations" else "left")
+    rows = []
     for r in records:
         when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M")
-        question = r.question or "[dim](not recorded)[/]"
-        table.add_row(r.id[:12], when, r.engine, question, str(r.iterations), r.stop_reason or "-")
-    console.print(table)
+        question = (
+            cell(shorten(r.question, QUESTION_CHARS)) if r.question else "[dim](not recorded)[/]"
+        )
+        engine = str(r.meta.get("engine") or r.engine)
+        rows.append([r.id[:12], when, engine, question, str(r.iterations), r.stop_reason or "-"])
+    columns: list[Column | str] = ["id", "when", "engine", "question"]
+    columns += [Column("iterations", numeric=True), "stopped"]
+    print_table(console, columns, rows, title=str(store.path))
 
 
 @traces_group.command()
@@ -91,8 +95,9 @@ def show(trace_id: str, kb_location: str | None, demo: bool, as_json: bool) -> N
 @click.option(
     "--html",
     "html_out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=click.Path(path_type=Path),
     required=True,
+    callback=output_file,
     help="Write a self-contained HTML page here.",
 )
 def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, field_validator
 
+from ragloop.components.fitting import ask_fitted, cut_text, fit_chunk_prompt
 from ragloop.components.grounding import LexicalGrounder
 from ragloop.components.judging import (
     COMPLETE_COVERAGE,
@@ -18,14 +19,14 @@ from ragloop.components.judging import (
     AnswerJudge,
     answer_probability,
 )
-from ragloop.components.prompts import evaluator_prompt
+from ragloop.components.prompts import evaluator_prompt, fence_chunk
 from ragloop.components.questions import QuestionProfile, profile
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import LenientBool, ParseFailure, UnitScore, parse_llm_json
+from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import EvaluationResult
 from ragloop.core.records import Chunk
-from ragloop.observability.llm import ask_text
 
 UNPARSEABLE_PREFIX = "Evaluator returned unparseable response"
 
@@ -53,17 +54,42 @@ class LLMEvaluator:
     The reply is read tolerantly (code fences, prose around the JSON, ``"false"``, scores out of
     range, ...). A reply that still cannot be read gives score 0.0, ``is_grounded=False``,
     ``parse_failed=True`` and the reply itself in ``reason``, and the loop goes on.
+
+    The reply is bounded by ``max_tokens`` (default 256, ``DEFAULT_MAX_TOKENS["evaluator"]``);
+    a verdict cut by it counts if its score and booleans came before the cut. The prompt fits
+    the model's context window: the answer keeps at most a third of the room, the chunks are
+    kept in rank order and the lowest-ranked ones left out.
     """
 
     def __init__(
-        self, generate_fn: GenerateFn | ChatModel | None = None, *, model: ChatModel | None = None
+        self,
+        generate_fn: GenerateFn | ChatModel | None = None,
+        *,
+        model: ChatModel | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.generate_fn = resolve_llm(generate_fn, model, owner="LLMEvaluator")
+        self.max_tokens = check_max_tokens(max_tokens)
 
     async def aevaluate(self, query: str, chunks: list[Chunk], answer: str) -> EvaluationResult:
-        prompt = evaluator_prompt(query, chunks, answer)
-        reply = await ask_text(self.generate_fn, prompt, role="evaluator")
-        parsed = parse_llm_json(reply, _EvaluationReply)
+        def build(room: int | None) -> tuple[str, PromptFit]:
+            shown = answer if room is None else cut_text(answer, max(room // 3, 1))
+            prompt, fit = fit_chunk_prompt(
+                chunks,
+                room,
+                fence_chunk,
+                lambda kept, left: evaluator_prompt(query, kept, shown, omitted=left),
+            )
+            if shown == answer:
+                return prompt, fit
+            notes = ["the answer was cut to a third of the prompt's room", *fit.notes]
+            return prompt, fit.model_copy(update={"notes": notes})
+
+        response = await ask_fitted(
+            self.generate_fn, build, role="evaluator", max_tokens=self.max_tokens
+        )
+        reply = response.text
+        parsed = parse_llm_json(reply, _EvaluationReply, cut=response.truncated)
         if isinstance(parsed, ParseFailure):
             return EvaluationResult(
                 is_grounded=False,

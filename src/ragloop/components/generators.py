@@ -29,17 +29,18 @@ from ragloop.components.extractive import (
     sentence_similarity,
     split_chunks,
 )
+from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.judging import AnswerJudge, answer_probability
-from ragloop.components.prompts import generator_prompt
+from ragloop.components.prompts import fence_chunk, generator_prompt
 from ragloop.components.questions import gives_answer_type
 from ragloop.components.text import content_stems
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, UnitScore, parse_llm_json
+from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import GeneratorOutput
 from ragloop.core.records import Chunk
-from ragloop.observability.llm import ask_text
 
 
 class ExtractiveGenerator:
@@ -149,16 +150,37 @@ class LLMGenerator:
     :func:`ragloop.core.calls.resolve_llm` for the rule). A reply that is not the expected JSON
     is taken as the answer itself, with confidence 0.5. Citations are resolved into a
     ``Sources:`` line.
+
+    The reply is bounded by ``max_tokens`` (default 512, ``DEFAULT_MAX_TOKENS["generator"]``;
+    never more than the model's own ``max_tokens``); a reply cut by it is read as far as it
+    goes. The prompt fits the model's context window: the chunks are kept in rank order and
+    the lowest-ranked ones left out (see :mod:`ragloop.components.fitting`).
     """
 
     def __init__(
-        self, generate_fn: GenerateFn | ChatModel | None = None, *, model: ChatModel | None = None
+        self,
+        generate_fn: GenerateFn | ChatModel | None = None,
+        *,
+        model: ChatModel | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.generate_fn = resolve_llm(generate_fn, model, owner="LLMGenerator")
+        self.max_tokens = check_max_tokens(max_tokens)
 
     async def agenerate(self, query: str, chunks: list[Chunk]) -> GeneratorOutput:
-        reply = await ask_text(self.generate_fn, generator_prompt(query, chunks), role="generator")
-        parsed = parse_llm_json(reply, _GeneratorReply)
+        def build(room: int | None) -> tuple[str, PromptFit]:
+            return fit_chunk_prompt(
+                chunks,
+                room,
+                fence_chunk,
+                lambda kept, left: generator_prompt(query, kept, omitted=left),
+            )
+
+        response = await ask_fitted(
+            self.generate_fn, build, role="generator", max_tokens=self.max_tokens
+        )
+        reply = response.text
+        parsed = parse_llm_json(reply, _GeneratorReply, cut=response.truncated)
         if isinstance(parsed, ParseFailure):
             text, confidence = reply.strip(), 0.5
         else:

@@ -18,15 +18,16 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, Field
 
 from ragloop.components.corpus import chunk_text
-from ragloop.components.prompts import judge_prompt
+from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
+from ragloop.components.prompts import judge_chunk, judge_prompt
 from ragloop.components.text import content_terms, is_number
 from ragloop.core.agent_records import GroundedSpan, Grounding, SpanSource, Verdict
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError, GroundingError
 from ragloop.core.jsonparse import ParseFailure, parse_llm_json
+from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Chunk
-from ragloop.observability.llm import ask_text
 
 
 def locate(answer: str, claim: str) -> tuple[int, int] | None:
@@ -95,14 +96,23 @@ class LLMJudgeGrounder:
     chat model (the rule: :func:`ragloop.core.calls.resolve_llm`). Chunk numbers out of
     range are dropped; a claim that cannot be found in the answer counts in the score but has no
     span. An unreadable reply raises :class:`~ragloop.GroundingError`.
+
+    The reply is bounded by ``max_tokens`` (Arcana's ``judge_max_tokens``; default 1024,
+    ``DEFAULT_MAX_TOKENS["grounder"]``); a cut reply keeps the claims judged before the cut.
+    The prompt fits the model's context window, lowest-ranked chunks left out first.
     """
 
     name = "llm_judge"
 
     def __init__(
-        self, generate_fn: GenerateFn | ChatModel | None = None, *, model: ChatModel | None = None
+        self,
+        generate_fn: GenerateFn | ChatModel | None = None,
+        *,
+        model: ChatModel | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.model = resolve_llm(generate_fn, model, owner="LLMJudgeGrounder")
+        self.max_tokens = check_max_tokens(max_tokens)
 
     async def aground(self, answer: str, chunks: list[Chunk], **opts: Any) -> Grounding:
         if not answer.strip():
@@ -110,9 +120,19 @@ class LLMJudgeGrounder:
         if not chunks:
             return Grounding(score=0.0, grounder=self.name)
         question = opts.get("question")
-        prompt = judge_prompt(question if isinstance(question, str) else None, chunks, answer)
-        reply = await ask_text(self.model, prompt, role="grounder")
-        parsed = parse_llm_json(reply, _JudgeReply)
+        asked = question if isinstance(question, str) else None
+
+        def build(room: int | None) -> tuple[str, PromptFit]:
+            return fit_chunk_prompt(
+                chunks,
+                room,
+                judge_chunk,
+                lambda kept, left: judge_prompt(asked, kept, answer, omitted=left),
+            )
+
+        response = await ask_fitted(self.model, build, role="grounder", max_tokens=self.max_tokens)
+        reply = response.text
+        parsed = parse_llm_json(reply, _JudgeReply, cut=response.truncated)
         if isinstance(parsed, ParseFailure):
             raise GroundingError(f"judge reply unreadable ({parsed.reason}): {parsed.excerpt()}")
         claims = [c for c in parsed.value.claims if c.text.strip()]

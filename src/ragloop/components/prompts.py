@@ -7,6 +7,7 @@ prompt's structure, and the instructions say that fenced text is data, never ins
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from html import escape
 
 from ragloop.core.budget import Budget
@@ -25,15 +26,27 @@ def fence(tag: str, text: str, **attrs: str | int | float) -> str:
     return f"<{tag}{attributes}>{escape(text, quote=False)}</{tag}>"
 
 
-def fence_chunks(chunks: list[Chunk]) -> str:
+def fence_chunk(chunk: Chunk, n: int) -> str:
+    """Chunk number ``n`` as the generator and evaluator prompts show it."""
+    return fence("chunk", chunk.content, n=n, source=chunk.source)
+
+
+def left_out(omitted: int) -> str:
+    """The line that tells a model lower-ranked chunks were left out (empty when none were)."""
+    if not omitted:
+        return ""
+    return f"\n({omitted} lower-ranked chunk(s) left out to fit the model's context window)"
+
+
+def fence_chunks(chunks: list[Chunk], *, omitted: int = 0) -> str:
     if not chunks:
-        return "(no chunks were retrieved)"
-    return "\n".join(
-        fence("chunk", c.content, n=i, source=c.source) for i, c in enumerate(chunks, 1)
-    )
+        return "(no chunks were retrieved)" if not omitted else left_out(omitted).strip()
+    return "\n".join(fence_chunk(c, i) for i, c in enumerate(chunks, 1)) + left_out(omitted)
 
 
-def evaluator_prompt(query: str, chunks: list[Chunk], answer: str) -> str:
+def evaluator_prompt(query: str, chunks: list[Chunk], answer: str, *, omitted: int = 0) -> str:
+    """The prompt of :class:`~ragloop.LLMEvaluator`; ``omitted`` chunks were left out to fit
+    the context window."""
     return f"""You are grading an answer produced by a retrieval-augmented system.
 
 {DATA_RULE}
@@ -41,7 +54,7 @@ def evaluator_prompt(query: str, chunks: list[Chunk], answer: str) -> str:
 {fence("question", query)}
 
 Retrieved context:
-{fence_chunks(chunks)}
+{fence_chunks(chunks, omitted=omitted)}
 
 {fence("answer", answer)}
 
@@ -57,8 +70,9 @@ Reply with JSON only, no markdown:
 {{"is_grounded": true, "is_complete": false, "score": 0.5, "reason": "..."}}"""
 
 
-def generator_prompt(query: str, chunks: list[Chunk]) -> str:
-    """The prompt of :class:`~ragloop.LLMGenerator`: answer from the numbered chunks, cite them."""
+def generator_prompt(query: str, chunks: list[Chunk], *, omitted: int = 0) -> str:
+    """The prompt of :class:`~ragloop.LLMGenerator`: answer from the numbered chunks, cite them;
+    ``omitted`` chunks were left out to fit the context window."""
     return f"""Answer the question from the retrieved chunks only.
 
 {DATA_RULE}
@@ -66,7 +80,7 @@ def generator_prompt(query: str, chunks: list[Chunk]) -> str:
 {fence("question", query)}
 
 Retrieved context:
-{fence_chunks(chunks)}
+{fence_chunks(chunks, omitted=omitted)}
 
 Write a short answer (one to three sentences) that uses only what the chunks say, and put the
 number n of each chunk you used in square brackets after the sentence it supports, like [1].
@@ -89,10 +103,18 @@ STRATEGY_GUIDE = {
 }
 
 
-def history_summary(history: list[LoopIteration]) -> str:
-    if not history:
+def history_summary(history: list[LoopIteration], *, omitted: Sequence[LoopIteration] = ()) -> str:
+    """The earlier attempts as the reformulator reads them; ``omitted`` ones (left out to fit
+    the context window) are summarised by the queries they tried."""
+    if not history and not omitted:
         return "(no earlier attempts)"
     parts = []
+    if omitted:
+        tried = "\n".join(fence("query", q) for it in omitted for q in (it.queries or [it.query]))
+        numbers = ", ".join(str(it.iteration) for it in omitted)
+        parts.append(
+            f"Attempts {numbers} (details left out to fit the context window) tried:\n{tried}"
+        )
     for it in history:
         queries = "\n".join(fence("query", q) for q in (it.queries or [it.query]))
         strategy = it.strategy.value if it.strategy else "original question"
@@ -104,7 +126,11 @@ def history_summary(history: list[LoopIteration]) -> str:
     return "\n\n".join(parts)
 
 
-def reformulator_prompt(original_query: str, history: list[LoopIteration]) -> str:
+def reformulator_prompt(
+    original_query: str, history: list[LoopIteration], *, omitted: Sequence[LoopIteration] = ()
+) -> str:
+    """The prompt of :class:`~ragloop.LLMReformulator`; ``omitted`` attempts were left out to
+    fit the context window (only their queries are listed)."""
     strategies = "\n".join(f"- {s.value}: {what}" for s, what in STRATEGY_GUIDE.items())
     return f"""You rewrite search queries for a retrieval system whose earlier attempts fell short.
 
@@ -113,7 +139,7 @@ def reformulator_prompt(original_query: str, history: list[LoopIteration]) -> st
 {fence("question", original_query)}
 
 Earlier attempts:
-{history_summary(history)}
+{history_summary(history, omitted=omitted)}
 
 Pick the strategy that fixes the reason the attempts fell short:
 {strategies}
@@ -247,9 +273,17 @@ the chunks say, and say plainly what they do not cover.
 {fence("question", question)}"""
 
 
-def judge_prompt(question: str | None, chunks: list[Chunk], answer: str) -> str:
-    """The prompt of :class:`~ragloop.LLMJudgeGrounder`: claims, verdicts, chunk numbers."""
-    numbered = "\n".join(fence("chunk", c.content, n=i, id=c.id) for i, c in enumerate(chunks, 1))
+def judge_chunk(chunk: Chunk, n: int) -> str:
+    """Chunk number ``n`` as the judge prompt shows it."""
+    return fence("chunk", chunk.content, n=n, id=chunk.id)
+
+
+def judge_prompt(
+    question: str | None, chunks: list[Chunk], answer: str, *, omitted: int = 0
+) -> str:
+    """The prompt of :class:`~ragloop.LLMJudgeGrounder`: claims, verdicts, chunk numbers;
+    ``omitted`` chunks were left out to fit the context window."""
+    numbered = "\n".join(judge_chunk(c, i) for i, c in enumerate(chunks, 1)) + left_out(omitted)
     asked = f"{fence('question', question)}\n\n" if question else ""
     return f"""You check whether an answer is supported by retrieved chunks.
 

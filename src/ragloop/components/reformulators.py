@@ -13,14 +13,15 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, model_validator
 
 from ragloop.components.corpus import Corpus
+from ragloop.components.fitting import ask_fitted, estimate_tokens
 from ragloop.components.prompts import reformulator_prompt
 from ragloop.components.rewriting import rewrite, tried_queries
 from ragloop.components.text import normalize_query
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
+from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import LoopIteration, ReformulationOutput, ReformulationStrategy
-from ragloop.observability.llm import ask_text
 
 # ragsnag's table, in its order: the first strategy with a matching keyword wins.
 STRATEGY_KEYWORDS: dict[ReformulationStrategy, tuple[str, ...]] = {
@@ -147,6 +148,10 @@ class LLMReformulator:
     or whose queries were all tried already falls back to :class:`HeuristicReformulator` (the
     strategy the LLM named if it named a valid one, else the keyword table's; given ``corpus``,
     it consults the knowledge base), and the reasoning says so.
+
+    The reply is bounded by ``max_tokens`` (default 256, ``DEFAULT_MAX_TOKENS["reformulator"]``)
+    and a cut one is read as far as it goes. The prompt fits the model's context window: the
+    latest attempts are shown in full, older ones only by the queries they tried.
     """
 
     def __init__(
@@ -155,16 +160,32 @@ class LLMReformulator:
         *,
         model: ChatModel | None = None,
         corpus: object = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.generate_fn = resolve_llm(generate_fn, model, owner="LLMReformulator")
         self.fallback = HeuristicReformulator(corpus)
+        self.max_tokens = check_max_tokens(max_tokens)
 
     async def areformulate(
         self, original_query: str, history: list[LoopIteration]
     ) -> ReformulationOutput:
-        prompt = reformulator_prompt(original_query, history)
-        reply = await ask_text(self.generate_fn, prompt, role="reformulator")
-        parsed = parse_llm_json(reply, _ReformulationReply)
+        def build(room: int | None) -> tuple[str, PromptFit]:
+            start = 0
+            prompt = reformulator_prompt(original_query, history)
+            # the oldest attempts give way first; the last one always stays
+            while room is not None and estimate_tokens(prompt) > room and start < len(history) - 1:
+                start += 1
+                prompt = reformulator_prompt(
+                    original_query, history[start:], omitted=history[:start]
+                )
+            notes = [f"attempts 1-{start} shown only by their queries"] if start else []
+            return prompt, PromptFit(history_dropped=start, notes=notes)
+
+        response = await ask_fitted(
+            self.generate_fn, build, role="reformulator", max_tokens=self.max_tokens
+        )
+        reply = response.text
+        parsed = parse_llm_json(reply, _ReformulationReply, cut=response.truncated)
         if isinstance(parsed, ParseFailure):
             return self._fall_back(
                 None, original_query, history, f"LLM reply unusable ({parsed.reason})"

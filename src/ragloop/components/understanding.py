@@ -14,15 +14,16 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator
 
+from ragloop.components.fitting import ask_fitted
 from ragloop.components.prompts import understanding_prompt
 from ragloop.components.rewriting import split_clauses
 from ragloop.components.text import QUESTION_WORDS, entity_phrases, is_number, tokenize
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
+from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.retrieval_records import QueryShape, UnderstoodQuery
-from ragloop.observability.llm import ask_text
 
 Glossary = Mapping[str, "str | Sequence[str]"]
 
@@ -140,7 +141,9 @@ class LLMUnderstander:
     """Understands a query with one model call: ``generate_fn`` is a function of the prompt (sync
     or async) or a chat model, ``model=`` a chat model (the rule:
     :func:`ragloop.core.calls.resolve_llm`). A reply that cannot be read falls back to
-    :class:`HeuristicUnderstander`, and ``reason`` says so."""
+    :class:`HeuristicUnderstander`, and ``reason`` says so. The reply is bounded by
+    ``max_tokens`` (default 384, ``DEFAULT_MAX_TOKENS["understander"]``) and a cut one is read
+    as far as it goes."""
 
     def __init__(
         self,
@@ -148,16 +151,23 @@ class LLMUnderstander:
         *,
         model: ChatModel | None = None,
         glossary: Glossary | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.model = resolve_llm(generate_fn, model, owner="LLMUnderstander")
         self.fallback = HeuristicUnderstander(glossary)
+        self.max_tokens = check_max_tokens(max_tokens)
 
     async def aunderstand(self, query: str) -> UnderstoodQuery:
         glossary = self.fallback.glossary
-        reply = await ask_text(
-            self.model, understanding_prompt(query, glossary), role="understander"
+
+        def build(room: int | None) -> tuple[str, PromptFit]:
+            return understanding_prompt(query, glossary), PromptFit()
+
+        response = await ask_fitted(
+            self.model, build, role="understander", max_tokens=self.max_tokens
         )
-        parsed = parse_llm_json(reply, _UnderstandingReply)
+        reply = response.text
+        parsed = parse_llm_json(reply, _UnderstandingReply, cut=response.truncated)
         if isinstance(parsed, ParseFailure) or not parsed.value.rewritten.strip():
             why = parsed.reason if isinstance(parsed, ParseFailure) else "no rewritten query"
             heuristic = self.fallback.understand(query)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, BaseModel, Field
 
 from ragloop.core.budget import BudgetSpend
+from ragloop.core.limits import LLMCall
 from ragloop.core.records import Chunk, Message, StopReason, Usage
 
 Verdict = Literal["supported", "unsupported", "contradicted"]
@@ -120,6 +121,9 @@ class AgentResult(BaseModel):
     - ``error``: what went wrong (a controller failure, a failed fallback synthesis).
     - ``messages``: the whole conversation, system prompt first.
     - ``grounding``: None until :meth:`AgentLoop.ground` scores the answer.
+    - ``llm_calls``: every model call of the run in order (controller turns, answerer,
+      synthesis): role, reply bound, finish reason, tokens, and what fitting the conversation
+      to the model's context window left out.
     """
 
     query: str = Field(validation_alias=AliasChoices("query", "question"))
@@ -135,6 +139,7 @@ class AgentResult(BaseModel):
     budget_used: BudgetSpend = Field(default_factory=BudgetSpend)
     usage: Usage | None = None
     run_id: str = ""
+    llm_calls: list[LLMCall] = Field(default_factory=list)
 
     @property
     def terminated_by(self) -> StopReason:

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ragloop.core.errors import BudgetExceeded
+from ragloop.core.errors import BudgetExceeded, ConfigError
 from ragloop.core.records import StopReason, Usage
 
 T = TypeVar("T")
@@ -36,6 +36,14 @@ class Budget(BaseModel):
     max_dollars: float | None = Field(default=None, ge=0)
     max_wall_ms: float | None = Field(default=None, ge=0)
     max_iter: int | None = Field(default=None, ge=0)
+
+
+def check_budget(budget: object) -> Budget | None:
+    """``budget`` as given to an engine or a run, refused with a :class:`ConfigError` when it
+    is neither None nor a :class:`Budget`."""
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+    return budget
 
 
 class BudgetSpend(BaseModel):

@@ -20,6 +20,8 @@ Every exception ragloop raises on purpose derives from :class:`RagloopError`::
     └── ModelError           a chat model could not produce a reply (also: requests forbidden,
         │                    no API key, server unreachable, a body that is not the wire format)
         ├── ModelHTTPError   the provider answered with an error status; ``.status``, ``.body``
+        │   └── ContextOverflowError  the prompt (and room for the reply) exceeds the model's
+        │                    context window; ``.prompt_tokens``, ``.context_window`` when known
         ├── ModelTimeout     (also a TimeoutError)  the provider did not answer in time
         └── ScriptExhausted  a scripted test model was called more often than it has replies
 
@@ -27,6 +29,10 @@ Exceptions raised *by* user components (a retriever that cannot reach its index,
 whose LLM times out) are not wrapped: with ``on_error="raise"`` they propagate unchanged, with a
 note saying which step of which iteration raised them; with ``on_error="stop"`` the engine ends
 the run with ``StopReason.ERROR`` and keeps the partial trace and the message.
+
+Not an error: ``ragloop.IngestInterrupted`` is the ``KeyboardInterrupt`` of an interrupted
+ingest, carrying the report of what was saved (it lives with the ingest report, in
+``ragloop.retrieval.ingest``).
 
 Running out of budget is never an exception at the engine boundary: the engine returns its best
 partial result with the matching ``StopReason``. ``AgentLoop`` goes further: it never raises
@@ -145,6 +151,36 @@ class ModelHTTPError(ModelError):
         where = f" from {url}" if url else ""
         extra = f" ({hint})" if hint else ""
         super().__init__(f"HTTP {status}{where}{extra}: {body or '(empty body)'}")
+
+
+class ContextOverflowError(ModelHTTPError):
+    """The server refused a request whose prompt does not fit the model's context window.
+
+    ``prompt_tokens`` and ``context_window`` are the sizes the server named (None when it named
+    none). LLM components fit their prompts to the window they know and, told the real sizes
+    by this error, fit once more; it reaches the loop (whose ``on_error`` applies) only when
+    even the smallest prompt, the question with no evidence, does not fit.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        body: str,
+        *,
+        url: str = "",
+        prompt_tokens: int | None = None,
+        context_window: int | None = None,
+    ) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.context_window = context_window
+        sizes = (
+            f"a prompt of {prompt_tokens} tokens" if prompt_tokens is not None else "the prompt"
+        ) + (
+            f" exceeds the context window of {context_window} tokens"
+            if context_window is not None
+            else " exceeds the model's context window"
+        )
+        super().__init__(status, body, url=url, hint=sizes)
 
 
 class ModelTimeout(ModelError, TimeoutError):

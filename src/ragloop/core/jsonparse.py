@@ -264,12 +264,78 @@ def validate_llm_object(data: dict[str, Any], model: type[M]) -> Parsed[M] | Par
         return ParseFailure(_describe(error), repr(data))
 
 
-def parse_llm_json(text: object, model: type[M]) -> Parsed[M] | ParseFailure:
-    """Extract a JSON object from ``text`` and validate it as ``model``. Never raises."""
+# How far back from the end of a cut reply :func:`close_cut_json` looks for a place to cut.
+_CUT_POINTS_TRIED = 64
+_CLOSERS = {"{": "}", "[": "]"}
+
+
+def close_cut_json(text: str) -> dict[str, Any] | None:
+    """The object a reply cut off mid-JSON (by its token bound) holds so far, or None.
+
+    The reply is read from its first ``{``; it is closed where it stops (an open string
+    closed, open arrays and objects closed), or else at the last place before that where a
+    member or an item ended, dropping the part written after it (a number at the very end may
+    be cut short, so it is dropped too). ``{"answer": "Paris is the cap`` reads as
+    ``{"answer": "Paris is the cap"}``; ``{"answer": "Paris", "confid`` as ``{"answer":
+    "Paris"}``.
+    """
+    start = text.find("{", 0, MAX_SCAN_CHARS)
+    if start < 0:
+        return None
+    stack: list[str] = []
+    in_string = escaped = False
+    cuts: list[tuple[int, str]] = []  # (end of the kept prefix, what closes it)
+    body = text[start:MAX_SCAN_CHARS]
+    for i, ch in enumerate(body):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in _CLOSERS:
+            stack.append(_CLOSERS[ch])
+            cuts.append((i + 1, "".join(reversed(stack))))
+        elif ch in "}]" and stack:
+            stack.pop()
+            if not stack:
+                break  # a whole object: nothing was cut inside it
+            cuts.append((i + 1, "".join(reversed(stack))))
+        elif ch == ",":
+            cuts.append((i, "".join(reversed(stack))))
+    else:
+        # where the reply stops, unless it stops inside a number, which may be cut short
+        if in_string or not re.search(r"[\d.eE+-]$", body.rstrip()):
+            end = len(body) - 1 if escaped else len(body)  # drop a lone escape character
+            cuts.append((end, ('"' if in_string else "") + "".join(reversed(stack))))
+    for end, closer in reversed(cuts[-_CUT_POINTS_TRIED:]):
+        found = _first_object(_load(body[:end] + closer))
+        if found is not None:
+            return found
+    return None
+
+
+def parse_llm_json(text: object, model: type[M], *, cut: bool = False) -> Parsed[M] | ParseFailure:
+    """Extract a JSON object from ``text`` and validate it as ``model``. Never raises.
+
+    ``cut=True`` says the reply was cut by its token bound (``finish_reason == "length"``):
+    when it does not parse whole, it is read as far as it goes (:func:`close_cut_json`), and
+    the fields it had not reached yet take their defaults.
+    """
     found = extract_json_object(text)
     if isinstance(found, ParseFailure):
-        return found
+        closed = close_cut_json(text) if cut and isinstance(text, str) else None
+        if closed is None:
+            return found
+        found = closed
     checked = validate_llm_object(found, model)
     if isinstance(checked, ParseFailure):
-        return ParseFailure(checked.reason, text if isinstance(text, str) else repr(text))
+        reason = (
+            f"{checked.reason} (the reply was cut by its token bound)" if cut else checked.reason
+        )
+        return ParseFailure(reason, text if isinstance(text, str) else repr(text))
     return checked

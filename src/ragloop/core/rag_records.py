@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ragloop.core.budget import BudgetSpend
 from ragloop.core.errors import EmptyTraceError
+from ragloop.core.limits import LLMCall
 from ragloop.core.records import Chunk, StopReason, Usage
 
 
@@ -89,7 +90,9 @@ class LoopIteration(BaseModel):
     already tried earlier in the run, whose chunks came from the run's cache instead of the
     retriever. ``timings_ms`` holds the milliseconds spent in each step; ``reformulate`` is the
     reformulation that produced this iteration's queries. ``usage`` is the model usage reported
-    during the iteration, when known.
+    during the iteration, when known. ``llm_calls`` records each model call of the iteration
+    (the reformulation that produced its queries first): its role, reply bound, finish reason,
+    tokens, and what fitting its prompt to the context window left out.
     """
 
     iteration: int = Field(ge=1)
@@ -104,6 +107,7 @@ class LoopIteration(BaseModel):
     repeated_queries: list[str] = Field(default_factory=list)
     timings_ms: dict[str, float] = Field(default_factory=dict)
     usage: Usage | None = None
+    llm_calls: list[LLMCall] = Field(default_factory=list)
 
     @property
     def is_repeat(self) -> bool:
@@ -120,7 +124,9 @@ class LoopResult(BaseModel):
     caller stops the run early, they come from the best iteration that finished (an empty answer
     with confidence 0 if none did), and ``error`` holds the message of an error stop.
     ``iterations`` counts the iterations that finished, ``trace`` holds them, ``chunks`` are
-    those the answer was drawn from: the names every engine's result shares.
+    those the answer was drawn from: the names every engine's result shares. ``llm_calls`` is
+    every model call of the run in order, those of an iteration that did not finish included
+    (each finished iteration also lists its own in ``LoopIteration.llm_calls``).
     """
 
     answer: str
@@ -133,6 +139,7 @@ class LoopResult(BaseModel):
     budget_used: BudgetSpend = Field(default_factory=BudgetSpend)
     usage: Usage | None = None
     run_id: str = ""
+    llm_calls: list[LLMCall] = Field(default_factory=list)
 
     @property
     def chunks(self) -> list[Chunk]:

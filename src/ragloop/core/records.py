@@ -120,15 +120,32 @@ class Usage(BaseModel):
 
 
 class ModelResponse(BaseModel):
-    """What a chat model returns: text, tool calls, or both, and the usage when known."""
+    """What a chat model returns: text, tool calls, or both, and the usage when known.
+
+    ``finish_reason`` says why the reply ended, in OpenAI's words whatever the provider:
+    ``"stop"`` (the model finished), ``"length"`` (cut by the reply bound, ``max_tokens``),
+    ``"tool_calls"``, ``"content_filter"``; None when the model did not say.
+    """
 
     text: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
+    finish_reason: str | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """True when the reply was cut by its bound (``finish_reason == "length"``)."""
+        return self.finish_reason == "length"
 
 
 class StopReason(StrEnum):
-    """Why a run ended. One enum for every engine; values are lower-case strings."""
+    """Why a run ended. One enum for every engine; values are lower-case strings.
+
+    ``caller_stop`` is the caller's doing (a callback said stop), and so is ``cancelled`` (the
+    task running it was cancelled, or the reader of its stream stopped); ``no_new_queries`` the
+    loop's own refiner had nothing new to search. :attr:`outcome` groups the reasons by what
+    they mean for the user, for displays that colour them.
+    """
 
     CONVERGED = "converged"
     MAX_ITERATIONS = "max_iterations"
@@ -139,6 +156,8 @@ class StopReason(StrEnum):
     DIMINISHING_RETURNS = "diminishing_returns"
     NO_IMPROVEMENT = "no_improvement"
     CALLER_STOP = "caller_stop"
+    CANCELLED = "cancelled"
+    NO_NEW_QUERIES = "no_new_queries"
     BUDGET_TOKENS = "budget_tokens"
     BUDGET_DOLLARS = "budget_dollars"
     BUDGET_WALL_MS = "budget_wall_ms"
@@ -148,3 +167,25 @@ class StopReason(StrEnum):
     def is_budget(self) -> bool:
         """True for the four budget stops."""
         return self.value.startswith("budget_")
+
+    @property
+    def outcome(self) -> str:
+        """What the stop means: ``success`` (converged, answered, approved), ``settled`` (the
+        evidence stopped growing or improving, or nothing new was left to search), ``limit``
+        (the iterations ran out), ``budget``, ``caller`` (a callback stopped it, or it was
+        cancelled), ``gave_up``
+        or ``error``."""
+        return _OUTCOMES.get(self, "budget" if self.is_budget else self.value)
+
+
+_OUTCOMES = {
+    StopReason.CONVERGED: "success",
+    StopReason.ANSWERED: "success",
+    StopReason.HUMAN_APPROVED: "success",
+    StopReason.DIMINISHING_RETURNS: "settled",
+    StopReason.NO_IMPROVEMENT: "settled",
+    StopReason.NO_NEW_QUERIES: "settled",
+    StopReason.MAX_ITERATIONS: "limit",
+    StopReason.CALLER_STOP: "caller",
+    StopReason.CANCELLED: "caller",
+}

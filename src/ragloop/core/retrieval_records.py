@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError, computed_field, model_va
 from ragloop.core.budget import BudgetSpend
 from ragloop.core.errors import ComponentError
 from ragloop.core.jsonparse import lenient_enum
+from ragloop.core.limits import LLMCall
 from ragloop.core.records import Chunk, StopReason, Usage
 
 
@@ -202,8 +203,10 @@ class RetrievalResult(BaseModel):
     question ranks a little lower), earlier discovery first on ties. ``cache_stats`` counts
     this run's embedding-cache lookups; ``budget_used`` what the run spent (tokens include the
     cost estimator's estimates); ``error`` the message of the failure that ended an
-    ``on_error="stop"`` run. ``iterations`` counts the iterations and ``trace`` holds their
-    records, as on the other engines' results (see :class:`IterationCount` for the old list).
+    ``on_error="stop"`` run; ``llm_calls`` the model calls of its components (an LLM
+    understander's), each with its reply bound and finish reason. ``iterations`` counts the
+    iterations and ``trace`` holds their records, as on the other engines' results (see
+    :class:`IterationCount` for the old list).
     """
 
     query: str
@@ -216,6 +219,7 @@ class RetrievalResult(BaseModel):
     cache_stats: CacheStats = Field(default_factory=CacheStats)
     run_id: str = ""
     error: str | None = None
+    llm_calls: list[LLMCall] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod

@@ -16,6 +16,12 @@ Arcana.Loop's rules:
   stands if it fails); ``give_up`` is never rewritten;
 - a failing controller ends the run with ``StopReason.ERROR``: recorded, never raised.
 
+Every model call is bounded (``max_tokens``: one bound for all, or one per role, ``controller``,
+``answerer``, ``synthesizer``; default ``DEFAULT_MAX_TOKENS``) and its conversation fitted to
+the model's context window: the system prompt, the question and the latest turn stay, older
+tool results give way first (:func:`ragloop.components.fitting.fit_messages`). The run keeps
+the whole conversation in ``messages``; ``llm_calls`` says what each call was sent without.
+
 And beyond Arcana: budgets checked before every model call and tool batch, a cap on tool calls
 per turn, a duplicate-search guard, exceptions from tools caught, the searches of one turn run
 concurrently in ``arun``, calls after a terminating one recorded as not run, ``chunk_cap``
@@ -31,9 +37,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
+from ragloop.components.citations import citation_refs
+from ragloop.components.fitting import complete_fitted
 from ragloop.components.prompts import agent_answer_prompt, agent_synthesis_prompt
 from ragloop.core.agent_records import AgentResult, ToolHistoryEntry
-from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.budget import Budget, BudgetTracker, check_budget
 from ragloop.core.calls import (
     ChatFn,
     call,
@@ -42,6 +50,7 @@ from ragloop.core.calls import (
     sync_calls_in_threads,
 )
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
+from ragloop.core.limits import check_max_tokens, with_llm_calls
 from ragloop.core.protocols import ChatModel, Retriever
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
 from ragloop.engines.agent_options import (
@@ -67,9 +76,10 @@ from ragloop.engines.tools import (
     search_request,
     tool_set,
 )
-from ragloop.observability import llm, otel
+from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
+from ragloop.observability.stream import RunStream, stream_run
 
 logger = logging.getLogger("ragloop")
 
@@ -80,6 +90,19 @@ def _positive_int(value: object, name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
     return value
+
+
+MODEL_ROLES = ("controller", "answerer", "synthesizer")
+
+
+def _reply_bounds(value: object) -> dict[str, int | None]:
+    """``max_tokens`` per role: one bound for every role, or a mapping of some roles."""
+    if isinstance(value, Mapping):
+        unknown = set(value) - set(MODEL_ROLES)
+        if unknown:
+            raise ConfigError("max_tokens", f"unknown roles {sorted(unknown)}; use {MODEL_ROLES}")
+        return {role: check_max_tokens(value.get(role)) for role in MODEL_ROLES}
+    return dict.fromkeys(MODEL_ROLES, check_max_tokens(value))
 
 
 def _chat(value: object, name: str) -> ChatModel | ChatFn:
@@ -102,7 +125,10 @@ class AgentLoop:
     :class:`~ragloop.Tool` s with a ``callback`` alone are added to the built-ins);
     ``synthesizer(messages) -> str`` overrides the fallback synthesis call; ``system_prompt``
     replaces the default prompt, as text or as a function of the options
-    (:meth:`default_system_prompt` is the default one).
+    (:meth:`default_system_prompt` is the default one). ``max_tokens`` bounds each model reply:
+    an integer for every call, or a mapping such as ``{"controller": 256, "answerer": 1024}``
+    (roles left out, and None, take ``DEFAULT_MAX_TOKENS``); it is not the run's budget
+    (``budget=Budget(max_tokens=...)``).
     """
 
     def __init__(
@@ -121,8 +147,10 @@ class AgentLoop:
         budget: Budget | None = None,
         max_tool_calls_per_turn: int = 8,
         search_opts: Mapping[str, Any] | None = None,
+        max_tokens: int | Mapping[str, int | None] | None = None,
     ) -> None:
         self.controller = _chat(controller, "controller")
+        self.reply_bounds = _reply_bounds(max_tokens)
         self.answerer = None if answerer is None else _chat(answerer, "answerer")
         self.max_iterations = _positive_int(max_iterations, "max_iterations")
         self.chunk_cap = _positive_int(chunk_cap, "chunk_cap")
@@ -133,8 +161,7 @@ class AgentLoop:
             raise ConfigError("fallback_synthesis", "must be True or False")
         if synthesizer is not None and not callable(synthesizer):
             raise ConfigError("synthesizer", "must be a function of the messages, or None")
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         if system_prompt is not None and not (
             isinstance(system_prompt, str) or callable(system_prompt)
         ):
@@ -215,10 +242,16 @@ class AgentLoop:
         turn run concurrently."""
         return await self._run(renamed_question(query, question), budget, in_threads=True)
 
+    def astream(self, query: str, *, budget: Budget | None = None) -> RunStream[AgentResult]:
+        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
+        each search and the chunks it returned, each tool call and controller turn, the answer,
+        then ``run_finished``; the result is the stream's ``result``. Closing the stream early
+        cancels the run. See ``docs/streaming.md``."""
+        return stream_run(lambda: self._run(query, budget, in_threads=True))
+
     async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> AgentResult:
         check_query(query)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         budget = self.budget if budget is None else budget
         telemetry = RunTelemetry("agent", span_kind="AGENT", tools=self.tools)
         # the default prompt mentions the budget: a run with its own gets its own prompt
@@ -235,7 +268,7 @@ class AgentLoop:
             content={"question": query},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            return await run.execute()
+            return await with_llm_calls(run.execute())
 
 
 @dataclass
@@ -281,12 +314,21 @@ class _AgentRun:
         self.rank: dict[str, tuple[int, int]] = {}  # id -> (best rank, discovery order)
         self.discovered = 0
         self.shown: dict[str, Chunk] = {}  # every chunk shown, first-shown order
+        self.turn = 0  # the turn in progress
 
     async def execute(self) -> AgentResult:
         reason = await self._turns()
         if self.loop.fallback_synthesis and self.found and self._may_synthesize(reason):
             await self._synthesize()
         chunks = sorted(self.found.values(), key=lambda c: self.rank[c.id])
+        citations = citation_refs(self.answer, [*self.shown.values(), *chunks])
+        if self.answer:
+            self.telemetry.event(
+                EventKind.ANSWER,
+                iteration=self.turn,
+                attributes={"citations": citations, "final": True},
+                content={"text": self.answer},
+            )
         result = AgentResult(
             query=self.question,
             answer=self.answer,
@@ -307,6 +349,7 @@ class _AgentRun:
             budget_used=result.budget_used,
             chunk_count=len(chunks),
             error=self.error,
+            attributes={"citations": citations},
             content={"answer": self.answer},
         )
         return result
@@ -321,11 +364,12 @@ class _AgentRun:
             if spent is not None:
                 return spent
             turn = self.iterations
+            self.turn = turn
             self.iterations += 1
             self.tracker.count_iteration()
             try:
                 response = await self.tracker.bounded(
-                    llm.complete(loop.controller, self.messages, loop.tools, role="controller")
+                    self._complete(loop.controller, self.messages, loop.tools, "controller")
                 )
             except BudgetExceeded as stop:
                 return stop.reason
@@ -450,6 +494,17 @@ class _AgentRun:
         ) as span:
             chunks = await self.loop.backend(request)
             span.set(otel.retrieved(chunks))
+        self.telemetry.event(
+            EventKind.SEARCH,
+            iteration=self.turn,
+            attributes={
+                "top_k": request.limit,
+                "route": None,
+                "collection": request.target.label,
+                "chunks": chunk_refs(chunks),
+            },
+            content={"query": request.query},
+        )
         return chunks
 
     async def _custom(self, step: _Step) -> str:
@@ -497,6 +552,17 @@ class _AgentRun:
             for cid in set(self.found) - set(kept):
                 del self.found[cid], self.rank[cid]
 
+    async def _complete(
+        self,
+        model: ChatModel | ChatFn,
+        messages: list[Message],
+        tools: list[Tool] | None,
+        role: str,
+    ) -> ModelResponse:
+        """One bounded model call, its conversation fitted to the model's window."""
+        bound = self.loop.reply_bounds[role]
+        return await complete_fitted(model, messages, tools, role=role, max_tokens=bound)
+
     # -- answerer and synthesis -----------------------------------------------------------------
     async def _rewrite(self, answerer: ChatModel | ChatFn) -> None:
         """Let the answerer write the final answer; on any failure the draft stands."""
@@ -505,7 +571,7 @@ class _AgentRun:
         prompt = Message(role="user", content=agent_answer_prompt(self.question))
         try:
             response = await self.tracker.bounded(
-                llm.complete(answerer, [*self.messages, prompt], None, role="answerer")
+                self._complete(answerer, [*self.messages, prompt], None, "answerer")
             )
         except Exception as error:
             logger.warning("answerer failed; the controller's draft stands: %s", error)
@@ -537,7 +603,7 @@ class _AgentRun:
             else:
                 model = loop.answerer or loop.controller
                 reply: ModelResponse = await self.tracker.bounded(
-                    llm.complete(model, messages, None, role="synthesizer")
+                    self._complete(model, messages, None, "synthesizer")
                 )
                 text = reply.text
             if not isinstance(text, str):

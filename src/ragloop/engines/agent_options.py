@@ -38,6 +38,7 @@ class AgentLoopOptions(TypedDict, total=False):
     budget: Budget | None
     max_tool_calls_per_turn: int
     search_opts: Mapping[str, Any] | None
+    max_tokens: int | Mapping[str, int | None] | None
 
 
 def default_system_prompt(options: Mapping[str, Any]) -> str:

@@ -28,8 +28,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
+from ragloop.components.citations import citation_refs
 from ragloop.components.text import normalize_query
-from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.budget import Budget, BudgetTracker, check_budget
 from ragloop.core.calls import (
     GenerateFn,
     call,
@@ -39,6 +40,7 @@ from ragloop.core.calls import (
     sync_calls_in_threads,
 )
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
+from ragloop.core.limits import LLMCall, collect_calls, with_llm_calls
 from ragloop.core.protocols import ChatModel, Evaluator, Generator, Reformulator, Retriever
 from ragloop.core.rag_records import (
     EvaluationResult,
@@ -51,6 +53,7 @@ from ragloop.core.records import Chunk, StopReason, Usage
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
+from ragloop.observability.stream import RunStream, stream_run
 
 T = TypeVar("T")
 OnIteration = Callable[[LoopIteration], Any]
@@ -105,8 +108,7 @@ class LoopConfig:
             raise ConfigError("on_iteration", "must be callable or None")
         if isinstance(self.budget, dict):
             self.budget = Budget(**self.budget)
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {self.budget!r}")
+        check_budget(self.budget)
         if self.on_error not in ("raise", "stop"):
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
         if not isinstance(self.stop_on_repeat, bool):
@@ -197,10 +199,16 @@ class RAGLoop:
         """Async :meth:`run`: sync components run in worker threads, sub-queries concurrently."""
         return await self._run(query, budget, in_threads=True)
 
+    def astream(self, query: str, *, budget: Budget | None = None) -> RunStream[LoopResult]:
+        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
+        each search and the chunks it returned, each answer, evaluation, reformulation and
+        iteration, then ``run_finished``; the result is the stream's ``result``. Closing the
+        stream early cancels the run. See ``docs/streaming.md``."""
+        return stream_run(lambda: self._run(query, budget, in_threads=True))
+
     async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> LoopResult:
         check_query(query)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         telemetry = RunTelemetry("rag", span_kind="CHAIN")
         run = _Run(self, query, telemetry, self.config.budget if budget is None else budget)
         started = telemetry.active(
@@ -212,7 +220,7 @@ class RAGLoop:
             content={"question": query},
         )
         with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            return await run.execute()
+            return await with_llm_calls(run.execute())
 
 
 class _RepeatStop(Exception):
@@ -235,17 +243,22 @@ class _Run:
         self.cache: dict[str, list[Chunk]] = {}
         self.chunk_sets: list[frozenset[str]] = []
         self.step = "retrieve"
+        self.number = 0  # the iteration in progress
 
     async def execute(self) -> LoopResult:
         queries = [self.query]
         made_by: ReformulationOutput | None = None
         reformulate_ms: float | None = None
+        reformulate_calls: list[LLMCall] = []
         last = self.config.max_iterations
         for number in range(1, last + 1):
             try:
                 self.tracker.check(starting_iteration=True)
                 self.tracker.count_iteration()
-                it = await self._iteration(number, queries, made_by, reformulate_ms)
+                self.number = number
+                with collect_calls() as made_calls:
+                    it = await self._iteration(number, queries, made_by, reformulate_ms)
+                it.llm_calls = [*reformulate_calls, *made_calls]
                 self.history.append(it)
                 self._iteration_event(it)
                 verdict = await self._notify(it)
@@ -259,8 +272,10 @@ class _Run:
                     break
                 self.tracker.check(starting_iteration=True)  # no reformulation we cannot use
                 started = time.perf_counter()
-                made_by = await self._step("reformulate", self._reformulate)
+                with collect_calls() as reformulate_calls:
+                    made_by = await self._step("reformulate", self._reformulate)
                 reformulate_ms = _ms_since(started)
+                self._reformulation_event(number, made_by)
                 queries = made_by.queries[: self.config.max_sub_queries]
             except BudgetExceeded as stop:
                 return self._finish(stop.reason)
@@ -297,9 +312,29 @@ class _Run:
         started = time.perf_counter()
         generated = await self._step("generate", lambda: self._generate(chunks))
         timings["generate"] = _ms_since(started)
+        self.telemetry.event(
+            EventKind.ANSWER,
+            iteration=number,
+            attributes={
+                "confidence": generated.confidence,
+                "citations": citation_refs(generated.answer, chunks),
+                "final": False,
+            },
+            content={"text": generated.answer},
+        )
         started = time.perf_counter()
         evaluation = await self._step("evaluate", lambda: self._evaluate(chunks, generated.answer))
         timings["evaluate"] = _ms_since(started)
+        self.telemetry.event(
+            EventKind.EVALUATION,
+            iteration=number,
+            attributes={
+                "score": evaluation.score,
+                "is_grounded": evaluation.is_grounded,
+                "is_complete": evaluation.is_complete,
+            },
+            content={"reason": evaluation.reason},
+        )
 
         truncated = made_by is not None and len(made_by.queries) > len(queries)
         reasoning = made_by.reasoning if made_by else None
@@ -370,6 +405,16 @@ class _Run:
                         "expected ragloop.Chunk"
                     )
             span.set(otel.retrieved(found))
+        self.telemetry.event(
+            EventKind.SEARCH,
+            iteration=self.number,
+            attributes={
+                "top_k": self.config.top_k,
+                "route": getattr(self.loop.retriever, "mode", None),
+                "chunks": chunk_refs(found),
+            },
+            content={"query": query},
+        )
         return list(found)
 
     async def _generate(self, chunks: list[Chunk]) -> GeneratorOutput:
@@ -416,9 +461,28 @@ class _Run:
             budget_used=result.budget_used,
             chunk_count=len(chosen.chunks) if chosen else 0,
             error=error,
+            attributes={
+                "confidence": result.confidence,
+                "answer_iteration": chosen.iteration if chosen else None,
+                "citations": citation_refs(result.answer, chosen.chunks if chosen else []),
+            },
             content={"answer": result.answer},
         )
         return result
+
+    def _reformulation_event(self, after: int, made_by: ReformulationOutput) -> None:
+        self.telemetry.event(
+            EventKind.REFORMULATION,
+            iteration=after,
+            attributes={
+                "strategy": made_by.strategy.value,
+                "query_count": len(made_by.queries),
+            },
+            content={
+                "queries": made_by.queries[: self.config.max_sub_queries],
+                "reasoning": made_by.reasoning,
+            },
+        )
 
     def _iteration_event(self, it: LoopIteration) -> None:
         self.telemetry.event(

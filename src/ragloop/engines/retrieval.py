@@ -14,9 +14,10 @@ Stop rules, in seed 004's order:
 - at its end: ``should_continue(history)`` False -> ``caller_stop``; fewer new chunks than
   ``min_new_chunks_per_iter`` -> ``diminishing_returns`` (never on iteration 0; 0 disables it);
   with ``improvement_threshold`` set, a best score less than that above the best so far (0.0
-  before iteration 0, as in seed 003's code) -> ``no_improvement``; the refinement returning
-  None -> ``caller_stop``; the last iteration -> ``max_iterations`` (the refinement is not
-  asked after it: its query could not be used).
+  before iteration 0, as in seed 003's code) -> ``no_improvement``; ``refine_query`` returning
+  None -> ``caller_stop``, the loop's refiner returning None -> ``no_new_queries``; the last
+  iteration -> ``max_iterations`` (the refinement is not asked after it: its query could not be
+  used).
 
 Telemetry (:mod:`ragloop.observability`): a run span with seed 004's attributes, an ``iteration``
 event (and structured log record) per iteration, a span per retrieval.
@@ -29,9 +30,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, TypedDict, Unpack
 
-from ragloop.core.budget import Budget
+from ragloop.core.budget import Budget, check_budget
 from ragloop.core.calls import GenerateFn, has_method, run_sync, sync_calls_in_threads
 from ragloop.core.errors import ConfigError, check_query
+from ragloop.core.limits import with_llm_calls
 from ragloop.core.protocols import (
     ChatModel,
     CostEstimator,
@@ -45,6 +47,7 @@ from ragloop.core.retrieval_records import RetrievalResult
 from ragloop.engines.retrieval_run import RefineQuery, Run, ShouldContinue
 from ragloop.observability import otel
 from ragloop.observability.run import RunTelemetry
+from ragloop.observability.stream import RunStream, stream_run
 
 if TYPE_CHECKING:
     from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
@@ -105,8 +108,7 @@ class RetrievalLoopConfig:
             raise ConfigError("allow_route_switch", "must be True or False")
         if self.on_error not in ("raise", "stop"):
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
-        if self.budget is not None and not isinstance(self.budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {self.budget!r}")
+        check_budget(self.budget)
 
 
 class RetrievalLoopOptions(TypedDict, total=False):
@@ -240,6 +242,25 @@ class RetrievalLoop:
             query, budget, refine_query, should_continue, sub_queries, in_threads=True
         )
 
+    def astream(
+        self,
+        query: str,
+        *,
+        budget: Budget | None = None,
+        refine_query: RefineQuery | None = None,
+        should_continue: ShouldContinue | None = None,
+        sub_queries: Sequence[str] | None = None,
+    ) -> RunStream[RetrievalResult]:
+        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
+        each search (its route and the chunks it returned), each iteration and the queries the
+        next one will search, then ``run_finished``; the result is the stream's ``result``.
+        Closing the stream early cancels the run. See ``docs/streaming.md``."""
+        return stream_run(
+            lambda: self._run(
+                query, budget, refine_query, should_continue, sub_queries, in_threads=True
+            )
+        )
+
     async def _run(
         self,
         query: str,
@@ -251,8 +272,7 @@ class RetrievalLoop:
         in_threads: bool,
     ) -> RetrievalResult:
         check_query(query)
-        if budget is not None and not isinstance(budget, Budget):
-            raise ConfigError("budget", f"must be a ragloop.Budget, got {budget!r}")
+        check_budget(budget)
         budget = self.config.budget if budget is None else budget
         for name, fn in (("refine_query", refine_query), ("should_continue", should_continue)):
             if fn is not None and not callable(fn):
@@ -281,4 +301,4 @@ class RetrievalLoop:
                     max_iterations=cfg.max_iterations, allow_route_switch=cfg.allow_route_switch
                 )
             )
-            return await run.execute()
+            return await with_llm_calls(run.execute())

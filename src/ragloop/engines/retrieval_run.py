@@ -24,7 +24,7 @@ from ragloop.core.retrieval_records import (
     UnderstoodQuery,
 )
 from ragloop.observability import otel
-from ragloop.observability.events import EventKind
+from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
 from ragloop.retrieval.embedders import embed_queries
 
@@ -80,6 +80,7 @@ class Run:
         self.cache = CacheStats()
         self.plans: list[UnderstoodQuery] = []
         self.step = "understander"
+        self.index = 0  # the iteration in progress
 
     async def execute(self) -> RetrievalResult:
         queries = [self.query]
@@ -90,6 +91,7 @@ class Run:
             if spent is not None:
                 return self._finish(spent)
             self.tracker.count_iteration()
+            self.index = index
             try:
                 it, last_chunks, new_chunks = await self._iteration(index, queries)
             except BudgetExceeded as stop:
@@ -121,8 +123,12 @@ class Run:
                     raise
                 message = f"refiner failed after iteration {index}: {type(error).__name__}: {error}"
                 return self._finish(StopReason.ERROR, error=message)
-            if refined is None:
-                return self._finish(StopReason.CALLER_STOP)
+            self._reformulation_event(index, refined)
+            if refined is None:  # the caller's refine_query, else the loop's refiner, said stop
+                by_caller = self.refine_query is not None
+                return self._finish(
+                    StopReason.CALLER_STOP if by_caller else StopReason.NO_NEW_QUERIES
+                )
             queries = refined
         return self._finish(StopReason.MAX_ITERATIONS)
 
@@ -287,6 +293,12 @@ class Run:
                 found = await call(retrieve, search.text, top_k=top_k)
             chunks = _chunks(found, "router" if self.loop.router is not None else "retriever")
             span.set(otel.retrieved(chunks))
+        self.telemetry.event(
+            EventKind.SEARCH,
+            iteration=self.index,
+            attributes={"top_k": top_k, "route": route, "chunks": chunk_refs(chunks)},
+            content={"query": search.text},
+        )
         return chunks
 
     def _gather(self, index: int, rankings: list[list[Chunk]]) -> None:
@@ -416,8 +428,24 @@ class Run:
             budget_used=result.budget_used,
             chunk_count=len(chunks),
             error=error,
+            attributes={"chunks": chunk_refs(chunks)},
         )
         return result
+
+    def _reformulation_event(self, index: int, queries: list[str] | None) -> None:
+        """What the next iteration will search, and who said so."""
+        if index < len(self.sub_queries):
+            by = "sub_queries"
+        elif self.refine_query is not None:
+            by = "refine_query"
+        else:
+            by = "refiner" if self.loop.refiner is not None else "repeat"
+        self.telemetry.event(
+            EventKind.REFORMULATION,
+            iteration=index,
+            attributes={"strategy": by, "query_count": len(queries or []), "stop": queries is None},
+            content={"queries": queries or []},
+        )
 
     def _iteration_event(self, it: RetrievalIteration, queries: list[str]) -> None:
         plan = self.plans[0]

@@ -1,14 +1,19 @@
 """One event stream for every engine: listeners, structured logs and OpenTelemetry span events.
 
 Each engine emits a :class:`LoopEvent` when a run starts, after every iteration (a controller
-turn in AgentLoop), for every tool call, when an answer is grounded and when the run ends. An
-event goes, in order, to
+turn in AgentLoop), for every tool call, when an answer is grounded and when the run ends; and,
+as the run goes, a *step* event for each search, answer (and answer text delta), evaluation and
+reformulation. An event goes, in order, to
 
-1. every listener registered with :func:`listen` (called inline; a listener that raises is
+1. the stream of the run when it is consumed with ``astream()`` (see :mod:`.stream`), with its
+   content whatever the capture setting: the stream goes to whoever asked;
+2. every listener registered with :func:`listen` (called inline; a listener that raises is
    logged and skipped, never breaks the run);
-2. ``logging.getLogger("ragloop")`` at INFO, one record per event, the event as a dict in the
-   record's ``ragloop_event`` attribute (:class:`JsonFormatter` writes it as one JSON line);
-3. the active OpenTelemetry span, as a span event named ``ragloop.{kind}``.
+3. ``logging.getLogger("ragloop")``, one record per event (step events at DEBUG, the others at
+   INFO), the event as a dict in the record's ``ragloop_event`` attribute
+   (:class:`JsonFormatter` writes it as one JSON line);
+4. the active OpenTelemetry span, as a span event named ``ragloop.{kind}`` (not step events:
+   each search and model call has its own child span already).
 
 Content (queries, answers, tool arguments, results) is added to an event's attributes only when
 content capture is on (``RAGLOOP_TRACE_CONTENT=1`` or :func:`set_trace_content`).
@@ -39,10 +44,28 @@ class EventKind(StrEnum):
     """What happened."""
 
     RUN_STARTED = "run_started"
+    SEARCH = "search"
+    ANSWER_DELTA = "answer_delta"
+    ANSWER = "answer"
+    EVALUATION = "evaluation"
+    REFORMULATION = "reformulation"
     ITERATION = "iteration"
     TOOL_CALL = "tool_call"
     GROUNDING = "grounding"
     RUN_FINISHED = "run_finished"
+
+
+# Events about one step inside an iteration: logged at DEBUG and kept off spans (each search and
+# model call has its own span), so the INFO log keeps seed 004's one record per iteration.
+STEP_KINDS = frozenset(
+    {
+        EventKind.SEARCH,
+        EventKind.ANSWER_DELTA,
+        EventKind.ANSWER,
+        EventKind.EVALUATION,
+        EventKind.REFORMULATION,
+    }
+)
 
 
 class LoopEvent(BaseModel):
@@ -67,24 +90,27 @@ class LoopEvent(BaseModel):
 Listener = Callable[[LoopEvent], object]
 
 # run_started's attribute naming the run a run started inside (a RetrievalLoop that serves as
-# another loop's retriever): recorders and displays follow the outer run only
+# another loop's retriever): recorders keep its events in the outer run's trace
 NESTED_IN = "ragloop.parent_run_id"
 
 
 class NestedRuns:
-    """Tells which events belong to a run started inside another run."""
+    """Tells which events belong to a run started inside another run, and which outermost run
+    that is."""
 
     def __init__(self) -> None:
-        self._ids: set[str] = set()
+        self._roots: dict[str, str] = {}  # nested run id -> the outermost run's id
 
-    def skip(self, event: LoopEvent) -> bool:
-        """True for every event of a nested run (its run_started says so)."""
-        if event.kind is EventKind.RUN_STARTED and NESTED_IN in event.attributes:
-            self._ids.add(event.run_id)
-        nested = event.run_id in self._ids
-        if nested and event.kind is EventKind.RUN_FINISHED:
-            self._ids.discard(event.run_id)
-        return nested
+    def root(self, event: LoopEvent) -> str:
+        """The id of the outermost run ``event`` belongs to (its own run's for a run that
+        started inside no other; a nested run's run_started says where it started)."""
+        parent = event.attributes.get(NESTED_IN) if event.kind is EventKind.RUN_STARTED else None
+        if isinstance(parent, str):
+            self._roots[event.run_id] = self._roots.get(parent, parent)
+        root = self._roots.get(event.run_id, event.run_id)
+        if event.kind is EventKind.RUN_FINISHED:
+            self._roots.pop(event.run_id, None)
+        return root
 
 
 _listeners: list[Listener] = []
@@ -145,8 +171,12 @@ def emit(event: LoopEvent) -> None:
             listener(event)
         except Exception:
             logger.warning("ragloop event listener %r raised; skipped", listener, exc_info=True)
-    if logger.isEnabledFor(logging.INFO):
-        logger.info(_describe(event), extra={"ragloop_event": event.model_dump(mode="json")})
+    step = event.kind in STEP_KINDS
+    level = logging.DEBUG if step else logging.INFO
+    if logger.isEnabledFor(level):
+        logger.log(level, _describe(event), extra={"ragloop_event": event.model_dump(mode="json")})
+    if step:
+        return
     otel.add_event(
         f"ragloop.{event.kind.value}",
         {"engine": event.engine, "iteration": event.iteration, **event.attributes},

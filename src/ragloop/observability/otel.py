@@ -47,6 +47,7 @@ GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
 GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
 GEN_AI_RESPONSE_ID = "gen_ai.response.id"
 GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
@@ -308,6 +309,7 @@ def chat_span(
     role: str,
     messages: Sequence[Message],
     run_id: str | None,
+    max_tokens: int | None = None,
 ) -> AbstractContextManager[Span]:
     """The span of one model call: ``chat {model}``."""
     return _span(
@@ -317,6 +319,7 @@ def chat_span(
             OPENINFERENCE_SPAN_KIND: "LLM",
             GEN_AI_PROVIDER_NAME: provider,
             GEN_AI_REQUEST_MODEL: model,
+            GEN_AI_REQUEST_MAX_TOKENS: max_tokens,
             RAGLOOP_LLM_ROLE: role,
             RAGLOOP_RUN_ID: run_id,
             **_content({GEN_AI_INPUT_MESSAGES: [_message_parts(m) for m in messages]}),

@@ -13,8 +13,9 @@ import importlib.metadata
 from datetime import UTC, datetime
 from html import escape
 
+from ragloop.core.records import StopReason
 from ragloop.observability.events import EventKind
-from ragloop.observability.traces import TraceRecord, TraceStep, trace_steps
+from ragloop.observability.traces import TraceRecord, TraceStep, summarize, trace_steps
 
 _CSS = """
 :root { --ink:#1d2433; --muted:#5b6475; --line:#e3e6ec; --bg:#fafbfc; --card:#fff;
@@ -37,6 +38,16 @@ dl.summary dd { margin:0; font-weight:600; }
 .badge { display:inline-block; padding:1px 8px; border-radius:999px; font-size:.8rem;
   background:var(--accent-soft); color:var(--accent); font-weight:600; }
 .badge.stop { background:var(--warn-soft); color:var(--warn); }
+.badge.success { background:#e6f2eb; color:#2f6f4f; }
+.badge.settled { background:#e3f1f4; color:#1f6474; }
+.badge.limit { background:#e7edf8; color:#2c4f8a; }
+.badge.budget { background:#fbf0e1; color:#9a5b13; }
+.badge.caller { background:#f2e9f7; color:#6d3b8c; }
+.badge.gave_up { background:#eef0f3; color:#4a5263; }
+.badge.error { background:#fbe7e6; color:#a3261d; }
+ol.hops { list-style:none; margin:6px 0 10px; padding:0 0 0 10px; border-left:3px solid
+  var(--line); font-size:.9rem; }
+ol.hops li { margin:2px 0; }
 ol.steps { list-style:none; margin:0; padding:0; position:relative; }
 ol.steps::before { content:""; position:absolute; left:15px; top:4px; bottom:4px; width:2px;
   background:var(--line); }
@@ -151,7 +162,34 @@ def _chunks_table(step: TraceStep) -> str:
     )
 
 
+def _outcome(stop_reason: str) -> str:
+    """The CSS class of a stop reason: its kind of outcome, so each kind has its colour."""
+    try:
+        return StopReason(stop_reason).outcome
+    except ValueError:  # a trace written by another version
+        return ""
+
+
+def _hops(step: TraceStep) -> str:
+    """The hops of the RetrievalLoop runs that served a step: query, new chunks, best score."""
+    if not step.hops:
+        return ""
+    items = []
+    for hop in step.hops:
+        best = hop.best_chunk_score
+        found = f"{len(hop.chunks)} chunk(s)" + (f", best {best:.3f}" if best is not None else "")
+        queries = " | ".join(hop.queries) or "(query not recorded)"
+        items.append(f"<li class='hop'>hop {hop.number}: <code>{_e(queries)}</code> {found}</li>")
+    stops = " ".join(
+        f"<span class='badge {_outcome(s)}'>{_e(s)}</span>" for s in dict.fromkeys(step.hop_stops)
+    )
+    head = f"<p class='note'>Retrieval hops (stopped: {stops})</p>" if stops else ""
+    return f"{head}<ol class='hops'>{''.join(items)}</ol>"
+
+
 def _step(step: TraceStep, engine: str) -> str:
+    if not step.finished:  # hops whose step never finished: the run stopped first
+        return f"<li class='partial'><div class='body'>{_hops(step)}</div></li>"
     what = "turn" if engine == "agent" else "iteration"
     badges = []
     if step.strategy:
@@ -163,6 +201,7 @@ def _step(step: TraceStep, engine: str) -> str:
         badges.append(f"<span class='score'>score {step.score:.2f}</span>")
     queries = "".join(f"<li><code>{_e(q)}</code></li>" for q in step.queries)
     body = [
+        _hops(step),
         f"<p class='meta'><strong>{what.title()} {step.number}</strong> {' '.join(badges)}</p>",
         f"<ul class='queries'>{queries}</ul>" if queries else "",
         f"<p class='note'>{_e(step.note)}</p>" if step.note else "",
@@ -182,12 +221,14 @@ def _step(step: TraceStep, engine: str) -> str:
 def render_html(record: TraceRecord) -> str:
     """The trace as a self-contained HTML page (see the module docstring)."""
     steps = trace_steps(record)
+    ran = summarize(record, steps)
     agent = record.engine == "agent"
+    finished = [s for s in steps if s.finished]
     if agent:
-        values = [(s.number, s.best_chunk_score) for s in steps]
+        values = [(s.number, s.best_chunk_score) for s in finished]
         label = "Best chunk score per turn"
     else:
-        values = [(s.number, s.score) for s in steps]
+        values = [(s.number, s.score) for s in finished]
         label = "Evaluation score per iteration"
     question = record.question or "(question not recorded: content capture was off)"
     answer = record.answer or ("(not recorded)" if not record.content else "(no answer)")
@@ -197,17 +238,21 @@ def render_html(record: TraceRecord) -> str:
     except importlib.metadata.PackageNotFoundError:  # a source tree never installed
         version = "unknown"
     summary = [
-        ("stop reason", f"<span class='badge stop'>{_e(record.stop_reason or '-')}</span>"),
+        (
+            "stop reason",
+            f"<span class='badge stop {_outcome(ran.stop_reason)}'>"
+            f"{_e(ran.stop_reason)}</span><br><small>{_e(ran.detail)}</small>",
+        ),
         ("iterations" if not agent else "turns", _e(record.iterations)),
         ("duration", _e(duration)),
-        ("engine", _e(record.engine)),
+        ("engine", _e(ran.engine)),
         ("trace id", f"<code>{_e(record.id[:12])}</code>"),
         ("content", "recorded" if record.content else "left out"),
     ]
     cells = "".join(f"<div><dt>{k}</dt><dd>{v}</dd></div>" for k, v in summary)
     chart = (
         score_chart(values, threshold=None if agent else _threshold(record), label=label)
-        if steps
+        if finished
         else "<p class='note'>No iterations were recorded.</p>"
     )
     timeline = "".join(_step(s, record.engine) for s in steps)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -13,6 +14,7 @@ from ragloop.core.records import StopReason, Tool
 from ragloop.observability import otel
 from ragloop.observability.events import NESTED_IN, EventKind, LoopEvent, emit
 from ragloop.observability.settings import trace_content_enabled
+from ragloop.observability.stream import stream_event
 
 _current: ContextVar[RunTelemetry | None] = ContextVar("ragloop_run_telemetry", default=None)
 
@@ -71,8 +73,9 @@ class RunTelemetry:
                 # A run that raises (on_error="raise", a cancelled task) still ends its trace:
                 # without run_finished a recorder would keep its events forever and store none.
                 if not self.finished:
+                    cancelled = isinstance(error, asyncio.CancelledError)
                     self.finish(
-                        stop_reason=StopReason.ERROR,
+                        stop_reason=StopReason.CANCELLED if cancelled else StopReason.ERROR,
                         iterations=self._iterations,
                         budget_used=BudgetSpend(),
                         chunk_count=0,
@@ -90,10 +93,8 @@ class RunTelemetry:
         attributes: Mapping[str, Any] | None = None,
         content: Mapping[str, Any] | None = None,
     ) -> LoopEvent:
-        """Emit an event; ``content`` joins its attributes only when content capture is on."""
-        merged = dict(attributes or {})
-        if content and trace_content_enabled():
-            merged.update(content)
+        """Emit an event; ``content`` joins its attributes only when content capture is on (and
+        always on the run's stream, which goes to whoever asked)."""
         if kind is EventKind.ITERATION:
             self._iterations += 1
         event = LoopEvent(
@@ -101,8 +102,11 @@ class RunTelemetry:
             kind=kind,
             run_id=self.run_id,
             iteration=iteration,
-            attributes=merged,
+            attributes={**(attributes or {}), **(content or {})},
         )
+        stream_event(event)
+        if content and not trace_content_enabled():
+            event = event.model_copy(update={"attributes": dict(attributes or {})})
         emit(event)
         return event
 
@@ -114,9 +118,11 @@ class RunTelemetry:
         budget_used: BudgetSpend,
         chunk_count: int,
         error: str | None = None,
+        attributes: Mapping[str, Any] | None = None,
         content: Mapping[str, Any] | None = None,
     ) -> None:
-        """Record the run's outcome on its span and emit ``run_finished``."""
+        """Record the run's outcome on its span and emit ``run_finished``; ``attributes`` are
+        the engine's own (citations, confidence, usage)."""
         self.finished = True
         self.span.set(
             otel.run_outcome(
@@ -133,10 +139,12 @@ class RunTelemetry:
             EventKind.RUN_FINISHED,
             attributes={
                 "stop_reason": stop_reason.value,
+                "outcome": stop_reason.outcome,
                 "iterations": iterations,
                 "chunk_count": chunk_count,
                 "budget_used": budget_used.model_dump(),
                 "error": error,
+                **(attributes or {}),
             },
             content=content,
         )

@@ -24,6 +24,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -234,12 +235,26 @@ class TraceStore:
             self._local.conn = None
 
 
+_run_meta: ContextVar[Mapping[str, Any] | None] = ContextVar("ragloop_trace_meta", default=None)
+
+
+@contextmanager
+def trace_meta(**meta: Any) -> Iterator[None]:
+    """Runs started inside the block are stored with ``meta`` added to the recorder's own (the
+    server names the API key that asked, so only that key may read the trace)."""
+    token = _run_meta.set({**(_run_meta.get() or {}), **meta})
+    try:
+        yield
+    finally:
+        _run_meta.reset(token)
+
+
 class TraceRecorder:
     """Records the runs that happen while it listens (use it as a context manager).
 
     Each finished run becomes a :class:`TraceRecord` in ``records`` (by run id) and, given a
     ``store``, is saved there. ``meta`` is stored with every record (the knowledge base, the
-    model, the settings of the command that ran it).
+    model, the settings of the command that ran it), with the :func:`trace_meta` of the run.
     """
 
     def __init__(
@@ -249,20 +264,27 @@ class TraceRecorder:
         self.meta = dict(meta or {})
         self.records: dict[str, TraceRecord] = {}
         self._events: dict[str, list[LoopEvent]] = {}
+        self._meta: dict[str, Mapping[str, Any]] = {}  # root run id -> its trace_meta
         self._nested = NestedRuns()
         self._lock = threading.Lock()
         self._listening: Listening | None = None
 
     def __call__(self, event: LoopEvent) -> None:
+        if event.kind is EventKind.ANSWER_DELTA:  # the answer event that follows holds them all
+            return
         with self._lock:
-            if self._nested.skip(event):  # part of an outer run, recorded as that run's step
-                return
-            events = self._events.setdefault(event.run_id, [])
+            # a run started inside another (a RetrievalLoop serving as a loop's retriever) is
+            # kept in the outer run's trace, where trace_steps shows it as that step's hops
+            root = self._nested.root(event)
+            if root not in self._events:  # called in the run's own context: its trace_meta
+                self._meta[root] = _run_meta.get() or {}
+            events = self._events.setdefault(root, [])
             events.append(event)
-            if event.kind is not EventKind.RUN_FINISHED:
+            if event.kind is not EventKind.RUN_FINISHED or event.run_id != root:
                 return
-            del self._events[event.run_id]
-        record = TraceRecord.from_events(events, content=trace_content_enabled(), meta=self.meta)
+            del self._events[root]
+            meta = {**self.meta, **self._meta.pop(root, {})}
+        record = TraceRecord.from_events(events, content=trace_content_enabled(), meta=meta)
         self.records[record.id] = record
         if self.store is not None:
             self.store.save(record)
@@ -318,6 +340,11 @@ class TraceStep:
     note: str | None = None  # an agent controller's text
     tools: list[str] = field(default_factory=list)
     at: float = 0.0
+    # the hops of the RetrievalLoop runs that served this step's searches (nested runs), and
+    # why each of those runs stopped
+    hops: list[TraceStep] = field(default_factory=list)
+    hop_stops: list[str] = field(default_factory=list)
+    finished: bool = True  # False for hops whose step never finished (the run stopped first)
 
     @property
     def best_chunk_score(self) -> float | None:
@@ -348,38 +375,105 @@ def _chunks(attributes: Mapping[str, Any]) -> list[TraceChunk]:
 
 def trace_steps(record: TraceRecord) -> list[TraceStep]:
     """The steps of a stored run, read from its events: RAGLoop iterations, AgentLoop turns
-    (their tool calls and the chunks their searches returned)."""
+    (their tool calls and the chunks their searches returned), RetrievalLoop hops. The hops of
+    a RetrievalLoop that ran inside the run (a loop's retriever) are the ``hops`` of the step
+    they served."""
     steps: dict[int, TraceStep] = {}
+    nested: dict[str, dict[int, TraceStep]] = {}  # nested run id -> its hops so far
+    hops: list[TraceStep] = []  # hops waiting for the step they serve
+    stops: list[str] = []
     for event in record.events:
-        if event.iteration is None or event.kind not in (EventKind.ITERATION, EventKind.TOOL_CALL):
+        if event.run_id != record.id:
+            if event.kind is EventKind.RUN_FINISHED:
+                stops.append(str(event.attributes.get("stop_reason")))
+                hops += [h for _, h in sorted(nested.pop(event.run_id, {}).items())]
+            elif event.kind is EventKind.ITERATION and event.iteration is not None:
+                _read_step(nested.setdefault(event.run_id, {}), event, "retrieval")
             continue
-        a = event.attributes
-        # agent turns and retrieval hops count from 0 in events, RAGLoop iterations from 1
-        number = event.iteration + 1 if record.engine in ("agent", "retrieval") else event.iteration
-        step = steps.setdefault(number, TraceStep(number=number, at=event.timestamp))
-        if event.kind is EventKind.TOOL_CALL:
-            tool = str(a.get("tool"))
-            step.tools.append(tool)
-            raw = a.get("args")
-            args: dict[str, Any] = raw if isinstance(raw, dict) else {}
-            if tool == "search" and isinstance(args.get("query"), str):
-                step.queries.append(args["query"])
-            if tool in ("answer", "synthesis") and isinstance(args.get("text"), str):
-                step.answer = args["text"]
-            step.chunks += _chunks(a)
-            continue
-        queries = a.get("queries")
-        if isinstance(queries, list):
-            step.queries = [str(q) for q in queries]
-        step.strategy = a.get("strategy") or step.strategy
-        step.reasoning = a.get("reasoning") if isinstance(a.get("reasoning"), str) else None
-        score = a.get("score")
-        step.score = float(score) if isinstance(score, int | float) else None
-        step.reason = a.get("reason") if isinstance(a.get("reason"), str) else None
-        if isinstance(a.get("answer"), str):
-            step.answer = a["answer"]
-        if isinstance(a.get("text"), str) and a["text"]:
-            step.note = a["text"]
-        if a.get("chunks"):
-            step.chunks = _chunks(a)
-    return [steps[n] for n in sorted(steps)]
+        step = _read_step(steps, event, record.engine)
+        if step is not None and (hops or stops):
+            step.hops, step.hop_stops = step.hops + hops, step.hop_stops + stops
+            hops, stops = [], []
+    ordered = [steps[n] for n in sorted(steps)]
+    if hops or stops:  # the run stopped before the step they served finished
+        ordered.append(
+            TraceStep(number=len(ordered) + 1, hops=hops, hop_stops=stops, finished=False)
+        )
+    return ordered
+
+
+def _read_step(steps: dict[int, TraceStep], event: LoopEvent, engine: str) -> TraceStep | None:
+    """Add one event to the step it belongs to; that step, or None for a run-level event."""
+    if event.iteration is None or event.kind not in (EventKind.ITERATION, EventKind.TOOL_CALL):
+        return None
+    a = event.attributes
+    # agent turns and retrieval hops count from 0 in events, RAGLoop iterations from 1
+    number = event.iteration + 1 if engine in ("agent", "retrieval") else event.iteration
+    step = steps.setdefault(number, TraceStep(number=number, at=event.timestamp))
+    if event.kind is EventKind.TOOL_CALL:
+        tool = str(a.get("tool"))
+        step.tools.append(tool)
+        raw = a.get("args")
+        args: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if tool == "search" and isinstance(args.get("query"), str):
+            step.queries.append(args["query"])
+        if tool in ("answer", "synthesis") and isinstance(args.get("text"), str):
+            step.answer = args["text"]
+        step.chunks += _chunks(a)
+        return step
+    queries = a.get("queries")
+    if isinstance(queries, list):
+        step.queries = [str(q) for q in queries]
+    step.strategy = a.get("strategy") or step.strategy
+    step.reasoning = a.get("reasoning") if isinstance(a.get("reasoning"), str) else None
+    score = a.get("score")
+    step.score = float(score) if isinstance(score, int | float) else None
+    step.reason = a.get("reason") if isinstance(a.get("reason"), str) else None
+    if isinstance(a.get("answer"), str):
+        step.answer = a["answer"]
+    if isinstance(a.get("text"), str) and a["text"]:
+        step.note = a["text"]
+    if a.get("chunks"):
+        step.chunks = _chunks(a)
+    return step
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What ran and why it stopped, in words a display can show as they are."""
+
+    engine: str  # as the command that ran it named it (its ``meta["engine"]``), else the trace's
+    stop_reason: str
+    detail: str
+
+
+def summarize(record: TraceRecord, steps: list[TraceStep] | None = None) -> RunSummary:
+    """:class:`RunSummary` of a stored run.
+
+    ``ragloop ask --engine retrieval`` runs one RAGLoop iteration over what a RetrievalLoop
+    gathered: its stop reason is the RetrievalLoop's (the one-iteration loop always stops on
+    its count), and the detail counts the hops and gives the answer's score.
+    """
+    steps = trace_steps(record) if steps is None else steps
+    engine = str(record.meta.get("engine") or record.engine)
+    stop = record.stop_reason or "-"
+    finished = [s for s in steps if s.finished]
+    if record.engine == "agent":
+        searches = sum(s.tools.count("search") for s in steps)
+        return RunSummary(engine, stop, f"after {record.iterations} turn(s), {searches} search(es)")
+    if record.engine == "retrieval":
+        return RunSummary(engine, stop, f"after {record.iterations} hop(s)")
+    scored = [s for s in finished if s.score is not None]
+    best = max(scored, key=lambda s: s.score or 0.0, default=None)
+    if engine == "retrieval" and finished:
+        hops = sum(len(s.hops) for s in steps)
+        stops = [why for s in steps for why in s.hop_stops]
+        score = f", score {best.score:.2f}" if best is not None and best.score is not None else ""
+        detail = f"after {hops} retrieval hop(s); answered in one iteration{score}"
+        return RunSummary(engine, stops[-1] if stops else stop, detail)
+    if not finished:
+        return RunSummary(engine, stop, "before any iteration finished")
+    detail = f"after {record.iterations} iteration(s)"
+    if best is not None and best.score is not None:
+        detail += f"; best: iteration {best.number}, score {best.score:.2f}"
+    return RunSummary(engine, stop, detail)

@@ -12,13 +12,27 @@ from pydantic import BaseModel
 
 from ragloop.core.errors import ConfigError, ModelError
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall, Usage
-from ragloop.providers.base import HTTPChatModel
+from ragloop.providers.base import MODEL_MAX_TOKENS, HTTPChatModel
 from ragloop.providers.endpoints import ANTHROPIC_ENV, resolve_endpoint
 from ragloop.providers.http import DEFAULT_TIMEOUT, Connection, RetryPolicy, excerpt
 from ragloop.providers.pricing import ModelPrice
 from ragloop.providers.tools import parse_arguments
 
 ANTHROPIC_VERSION = "2023-06-01"
+# Every current Claude model reads 200,000 tokens (some more in beta); configure others.
+CLAUDE_CONTEXT_WINDOW = 200_000
+# Anthropic's stop reasons in OpenAI's words (ModelResponse.finish_reason)
+_FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+def finish_reason(stop_reason: str | None) -> str | None:
+    return None if stop_reason is None else _FINISH_REASONS.get(stop_reason, stop_reason)
 
 
 # -- the wire format (docs.anthropic.com/en/api/messages) ---------------------------------------
@@ -74,6 +88,7 @@ class _Block(BaseModel):
 class _Message(BaseModel):
     content: list[_Block]
     usage: dict[str, Any] | None = None
+    stop_reason: str | None = None
 
 
 class _Usage(BaseModel):
@@ -86,6 +101,7 @@ class _Usage(BaseModel):
 class _Delta(BaseModel):
     type: str | None = None
     text: str | None = None
+    stop_reason: str | None = None
 
 
 class _Event(BaseModel):
@@ -104,8 +120,9 @@ class AnthropicModel(HTTPChatModel):
     ``RAGLOOP_ANTHROPIC_API_KEY`` / ``ANTHROPIC_API_KEY`` rules of
     ``ragloop.providers.endpoints``). System messages become the ``system`` prompt; tool calls
     and results travel as ``tool_use`` and ``tool_result`` blocks. ``max_tokens`` is required by
-    the API (default 4096). Usage counts prompt-cache reads and writes as input tokens, priced
-    at the cache rates.
+    the API (default 4096; a call may ask for less, as the LLM components do). Usage counts
+    prompt-cache reads and writes as input tokens, priced at the cache rates.
+    ``context_window`` defaults to Claude's 200,000 tokens.
     """
 
     _path = "/v1/messages"
@@ -121,7 +138,8 @@ class AnthropicModel(HTTPChatModel):
         http_client: httpx.Client | httpx.AsyncClient | None = None,
         retry: RetryPolicy | None = None,
         temperature: float | None = None,
-        max_tokens: int = 4096,
+        max_tokens: int = MODEL_MAX_TOKENS,
+        context_window: int | None = CLAUDE_CONTEXT_WINDOW,
         price: ModelPrice | None = None,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
@@ -135,18 +153,28 @@ class AnthropicModel(HTTPChatModel):
             endpoint, headers, timeout=timeout, retry=retry, http_client=http_client
         )
         super().__init__(
-            model, connection, provider="anthropic", price=price, extra_body=extra_body
+            model,
+            connection,
+            provider="anthropic",
+            price=price,
+            extra_body=extra_body,
+            max_tokens=max_tokens,
+            context_window=context_window,
         )
         self.temperature = temperature
-        self.max_tokens = max_tokens
 
     def _payload(
-        self, messages: list[Message], tools: list[Tool] | None, *, stream: bool
+        self,
+        messages: list[Message],
+        tools: list[Tool] | None,
+        *,
+        stream: bool,
+        max_tokens: int | None,
     ) -> dict[str, Any]:
         system, turns = wire_messages(messages)
         payload: dict[str, Any] = {
             "model": self.model_name,
-            "max_tokens": self.max_tokens,
+            "max_tokens": max_tokens or MODEL_MAX_TOKENS,
             "messages": turns,
         }
         if system:
@@ -175,7 +203,12 @@ class AnthropicModel(HTTPChatModel):
             if b.type == "tool_use"
         ]
         usage = self._usage(message.usage) if message.usage else None
-        return ModelResponse(text=text, tool_calls=calls, usage=usage)
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            usage=usage,
+            finish_reason=finish_reason(message.stop_reason),
+        )
 
     def _usage(self, counts: Mapping[str, Any]) -> Usage:
         usage = _Usage.model_validate(counts)
@@ -195,8 +228,11 @@ class AnthropicModel(HTTPChatModel):
             raise ModelError(f"{self.base_url}{self._path} stream failed: {excerpt(shown)}")
         if data.type == "message_start" and data.message and data.message.usage:
             counts.update(data.message.usage)
-        elif data.type == "message_delta" and data.usage:
-            counts.update(data.usage)
+        elif data.type == "message_delta":
+            if data.usage:
+                counts.update(data.usage)
+            if data.delta and data.delta.stop_reason:
+                counts["finish_reason"] = finish_reason(data.delta.stop_reason)
         elif data.type == "content_block_delta" and data.delta and data.delta.type == "text_delta":
             return data.delta.text or ""
         return ""

@@ -7,8 +7,14 @@ events to text deltas (``_stream_text``) and its usage counts to :class:`~ragloo
 
 ``complete()`` and ``acomplete()`` return the usage (with its cost when the price is known) and
 leave charging it to the caller, as every ChatModel does: the engines charge it to the run
-through ``ragloop.core.calls.complete``. ``stream()`` and ``astream()`` return only text, so they
+through ``ragloop.core.calls.complete``. ``stream()`` and ``astream()`` return the text as it
+comes (a :class:`TextStream`, whose ``finish_reason`` and ``usage`` are set once it ends), and
 charge the usage of a finished stream to the run in progress themselves.
+
+Every request is bounded: the reply may take at most the smaller of the call's bound (the
+``max_tokens=`` argument, or :func:`ragloop.core.limits.reply_bound` around the call, which is
+how the LLM components ask) and the model's own ``max_tokens``. A server's refusal of a prompt
+too long for its context window is raised as :class:`~ragloop.ContextOverflowError`.
 """
 
 from __future__ import annotations
@@ -23,9 +29,57 @@ from pydantic import ValidationError
 
 from ragloop.core.budget import record_usage
 from ragloop.core.errors import ConfigError, ModelError, ModelHTTPError
+from ragloop.core.limits import check_max_tokens, effective_max_tokens, requested_max_tokens
 from ragloop.core.records import Message, ModelResponse, Tool, Usage
 from ragloop.providers.http import Connection, excerpt
+from ragloop.providers.overflow import context_overflow
 from ragloop.providers.pricing import ModelPrice, lookup_price
+
+# What a reply may take when neither the call nor the model sets a bound: a model left
+# unbounded can generate until the server's context is full.
+MODEL_MAX_TOKENS = 4096
+
+
+class TextStream:
+    """The text of a streamed reply, piece by piece. Once the stream has ended,
+    ``finish_reason`` says why (``"length"``: cut by the bound) and ``usage`` holds what the
+    server reported (both None until then, or when the server sent none)."""
+
+    def __init__(self, pieces: Iterator[str]) -> None:
+        self._pieces = pieces
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._pieces)
+
+    def close(self) -> None:
+        close = getattr(self._pieces, "close", None)
+        if callable(close):
+            close()
+
+
+class AsyncTextStream:
+    """:class:`TextStream` for ``async for``."""
+
+    def __init__(self, pieces: AsyncIterator[str]) -> None:
+        self._pieces = pieces
+        self.finish_reason: str | None = None
+        self.usage: Usage | None = None
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self._pieces.__anext__()
+
+    async def aclose(self) -> None:
+        close = getattr(self._pieces, "aclose", None)
+        if callable(close):
+            await close()
 
 
 class HTTPChatModel:
@@ -44,6 +98,8 @@ class HTTPChatModel:
         provider: str,
         price: ModelPrice | None,
         extra_body: Mapping[str, Any] | None,
+        max_tokens: int | None = MODEL_MAX_TOKENS,
+        context_window: int | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ConfigError("model", f"must name a model, got {model!r}")
@@ -51,6 +107,8 @@ class HTTPChatModel:
         self.provider = provider
         self.price = price if price is not None else lookup_price(model)
         self.extra_body = dict(extra_body or {})
+        self.max_tokens = check_max_tokens(max_tokens)
+        self.context_window = check_max_tokens(context_window, "context_window")
         self._connection = connection
 
     @property
@@ -65,8 +123,14 @@ class HTTPChatModel:
 
     # -- what a provider implements -------------------------------------------------------------
     def _payload(
-        self, messages: list[Message], tools: list[Tool] | None, *, stream: bool
+        self,
+        messages: list[Message],
+        tools: list[Tool] | None,
+        *,
+        stream: bool,
+        max_tokens: int | None,
     ) -> dict[str, Any]:
+        """The request body; ``max_tokens`` is the reply bound to send (None: send none)."""
         raise NotImplementedError
 
     def _read(self, data: Any, tools: list[Tool] | None) -> ModelResponse:
@@ -74,7 +138,8 @@ class HTTPChatModel:
         raise NotImplementedError
 
     def _stream_text(self, event: ServerSentEvent, counts: dict[str, Any]) -> str:
-        """The text delta in one stream event (may be empty); usage counts go into ``counts``."""
+        """The text delta in one stream event (may be empty); usage counts go into ``counts``,
+        and the finish reason, once sent, into ``counts["finish_reason"]``."""
         raise NotImplementedError
 
     def _usage(self, counts: Mapping[str, Any]) -> Usage:
@@ -106,9 +171,29 @@ class HTTPChatModel:
         return Usage(input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost)
 
     def _body(
-        self, messages: list[Message], tools: list[Tool] | None, *, stream: bool
+        self,
+        messages: list[Message],
+        tools: list[Tool] | None,
+        *,
+        stream: bool,
+        max_tokens: int | None,
     ) -> dict[str, Any]:
-        return {**self._payload(messages, tools, stream=stream), **self.extra_body}
+        check_max_tokens(max_tokens)
+        bound = effective_max_tokens(
+            max_tokens if max_tokens is not None else requested_max_tokens(), self.max_tokens
+        )
+        payload = self._payload(messages, tools, stream=stream, max_tokens=bound)
+        return {**payload, **self.extra_body}
+
+    def _overflow(self, error: ModelHTTPError) -> ModelHTTPError:
+        """``error`` as a :class:`~ragloop.ContextOverflowError` when it says the prompt does
+        not fit the context window (the window it names is remembered), else ``error``."""
+        overflow = context_overflow(error)
+        if overflow is None:
+            return error
+        if overflow.context_window is not None and self.context_window is None:
+            self.context_window = overflow.context_window
+        return overflow
 
     def _response(self, data: Any, tools: list[Tool] | None) -> ModelResponse:
         try:
@@ -130,53 +215,83 @@ class HTTPChatModel:
             f"({first}): {excerpt(shown)}"
         )
 
-    def _charge_stream(self, counts: dict[str, Any]) -> None:
+    def _end_stream(self, counts: dict[str, Any], stream: TextStream | AsyncTextStream) -> None:
+        stream.finish_reason = counts.pop("finish_reason", None)
         if counts:
-            record_usage(self._usage(counts))
+            stream.usage = self._usage(counts)
+            record_usage(stream.usage)
 
     # -- ChatModel --------------------------------------------------------------------------------
-    def complete(self, messages: list[Message], tools: list[Tool] | None = None) -> ModelResponse:
-        """One reply (text and/or tool calls) with its usage."""
+    def complete(
+        self,
+        messages: list[Message],
+        tools: list[Tool] | None = None,
+        *,
+        max_tokens: int | None = None,
+    ) -> ModelResponse:
+        """One reply (text and/or tool calls) with its usage and finish reason; ``max_tokens``
+        bounds this reply (see the module docstring)."""
+        body = self._body(messages, tools, stream=False, max_tokens=max_tokens)
         try:
-            data = self._connection.post_json(self._path, self._body(messages, tools, stream=False))
+            data = self._connection.post_json(self._path, body)
         except ModelHTTPError as error:
             if self._retry_with_text_tools(error, tools):
-                return self.complete(messages, tools)
-            raise
+                return self.complete(messages, tools, max_tokens=max_tokens)
+            raise self._overflow(error) from None
         return self._response(data, tools)
 
     async def acomplete(
-        self, messages: list[Message], tools: list[Tool] | None = None
+        self,
+        messages: list[Message],
+        tools: list[Tool] | None = None,
+        *,
+        max_tokens: int | None = None,
     ) -> ModelResponse:
         """:meth:`complete` for async code."""
-        body = self._body(messages, tools, stream=False)
+        body = self._body(messages, tools, stream=False, max_tokens=max_tokens)
         try:
             data = await self._connection.apost_json(self._path, body)
         except ModelHTTPError as error:
             if self._retry_with_text_tools(error, tools):
-                return await self.acomplete(messages, tools)
-            raise
+                return await self.acomplete(messages, tools, max_tokens=max_tokens)
+            raise self._overflow(error) from None
         return self._response(data, tools)
 
-    def stream(self, messages: list[Message]) -> Iterator[str]:
-        """The reply's text, piece by piece as the server sends it."""
-        counts: dict[str, Any] = {}
-        body = self._body(messages, None, stream=True)
-        for event in self._connection.post_sse(self._path, body):
-            delta = self._delta(event, counts)
-            if delta:
-                yield delta
-        self._charge_stream(counts)
+    def stream(self, messages: list[Message], *, max_tokens: int | None = None) -> TextStream:
+        """The reply's text, piece by piece as the server sends it (a :class:`TextStream`)."""
+        body = self._body(messages, None, stream=True, max_tokens=max_tokens)
 
-    async def astream(self, messages: list[Message]) -> AsyncIterator[str]:
-        """:meth:`stream` for async code."""
-        counts: dict[str, Any] = {}
-        body = self._body(messages, None, stream=True)
-        async for event in self._connection.apost_sse(self._path, body):
-            delta = self._delta(event, counts)
-            if delta:
-                yield delta
-        self._charge_stream(counts)
+        def pieces() -> Iterator[str]:
+            counts: dict[str, Any] = {}
+            try:
+                for event in self._connection.post_sse(self._path, body):
+                    delta = self._delta(event, counts)
+                    if delta:
+                        yield delta
+            except ModelHTTPError as error:
+                raise self._overflow(error) from None
+            self._end_stream(counts, stream)
+
+        stream = TextStream(pieces())
+        return stream
+
+    def astream(self, messages: list[Message], *, max_tokens: int | None = None) -> AsyncTextStream:
+        """:meth:`stream` for async code (an :class:`AsyncTextStream`)."""
+        body = self._body(messages, None, stream=True, max_tokens=max_tokens)
+
+        async def pieces() -> AsyncIterator[str]:
+            counts: dict[str, Any] = {}
+            try:
+                async for event in self._connection.apost_sse(self._path, body):
+                    delta = self._delta(event, counts)
+                    if delta:
+                        yield delta
+            except ModelHTTPError as error:
+                raise self._overflow(error) from None
+            self._end_stream(counts, stream)
+
+        stream = AsyncTextStream(pieces())
+        return stream
 
     # -- lifetime ---------------------------------------------------------------------------------
     def close(self) -> None:

@@ -407,3 +407,34 @@ class Connection:
                 raise _transport_error(response.request, error) from error
             finally:
                 await response.aclose()
+
+    # -- metadata -----------------------------------------------------------------------------
+    def _get_request(self, client: httpx.Client | httpx.AsyncClient, url: str) -> httpx.Request:
+        request = client.build_request("GET", url, headers=self._headers, timeout=self.timeout)
+        check_allowed(request.url)
+        return request
+
+    def get_json(self, url: str) -> Any:
+        """GET ``url`` once, without retries (for metadata a server may not offer, such as its
+        context window); raises :class:`~ragloop.ModelError` on any failure."""
+        client = self._client()
+        request = self._get_request(client, url)
+        try:
+            response = client.send(request)
+        except httpx.TransportError as error:
+            raise _transport_error(request, error) from error
+        if not response.is_success:
+            raise http_error(request, response)
+        return json_body(response)
+
+    async def aget_json(self, url: str) -> Any:
+        """:meth:`get_json` for async code."""
+        async with self._async_client() as client:
+            request = self._get_request(client, url)
+            try:
+                response = await client.send(request)
+            except httpx.TransportError as error:
+                raise _transport_error(request, error) from error
+            if not response.is_success:
+                raise http_error(request, response)
+            return json_body(response)

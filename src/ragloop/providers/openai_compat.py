@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from ragloop.core.errors import ModelError, ModelHTTPError
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall, Usage
-from ragloop.providers.base import HTTPChatModel
+from ragloop.providers.base import MODEL_MAX_TOKENS, HTTPChatModel
 from ragloop.providers.endpoints import OPENAI_ENV, resolve_endpoint
 from ragloop.providers.http import DEFAULT_TIMEOUT, Connection, RetryPolicy, excerpt
 from ragloop.providers.pricing import ModelPrice
@@ -89,6 +89,7 @@ class _Message(BaseModel):
 
 class _Choice(BaseModel):
     message: _Message
+    finish_reason: str | None = None
 
 
 class _Completion(BaseModel):
@@ -102,6 +103,7 @@ class _Delta(BaseModel):
 
 class _DeltaChoice(BaseModel):
     delta: _Delta = Field(default_factory=_Delta)
+    finish_reason: str | None = None
 
 
 class _Chunk(BaseModel):
@@ -125,7 +127,12 @@ class OpenAICompatibleModel(HTTPChatModel):
     key. ``provider`` is ``"openai"`` for OpenAI's API and ``"openai-compatible"`` otherwise.
 
     Options: ``json_mode`` asks for a JSON object reply (``response_format``); ``temperature``
-    and ``max_tokens`` are sent when set; ``extra_body`` is merged into every request body.
+    is sent when set; ``max_tokens`` caps every reply (default 4096; a call may ask for less,
+    as the LLM components do; None sends no bound unless the call asks for one);
+    ``extra_body`` is merged into every request body. ``context_window`` declares the model's
+    window in tokens; left None, it is read from the server when the LLM components first need
+    it (:meth:`adiscover_context_window`: llama.cpp's ``/props``, the ``/models`` metadata of
+    llama.cpp, vLLM and gateways that give it), and from a context-overflow error's sizes.
     ``supports_tools``: ``None`` tries native tool calling and, if the server rejects the tools,
     switches this model to the JSON-in-text protocol of ``ragloop.providers.tools``; ``True``
     always sends native tools, ``False`` always uses the text protocol. ``price`` overrides the
@@ -146,7 +153,8 @@ class OpenAICompatibleModel(HTTPChatModel):
         retry: RetryPolicy | None = None,
         json_mode: bool = False,
         temperature: float | None = None,
-        max_tokens: int | None = None,
+        max_tokens: int | None = MODEL_MAX_TOKENS,
+        context_window: int | None = None,
         supports_tools: bool | None = None,
         price: ModelPrice | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -154,16 +162,29 @@ class OpenAICompatibleModel(HTTPChatModel):
         provider, connection = openai_connection(
             base_url, api_key, timeout=timeout, retry=retry, http_client=http_client
         )
-        super().__init__(model, connection, provider=provider, price=price, extra_body=extra_body)
+        super().__init__(
+            model,
+            connection,
+            provider=provider,
+            price=price,
+            extra_body=extra_body,
+            max_tokens=max_tokens,
+            context_window=context_window,
+        )
         self.json_mode = json_mode
         self.temperature = temperature
-        self.max_tokens = max_tokens
         self.supports_tools = supports_tools
         self._native_tools = supports_tools is not False
+        self._window_asked = False
 
     # -- requests ---------------------------------------------------------------------------------
     def _payload(
-        self, messages: list[Message], tools: list[Tool] | None, *, stream: bool
+        self,
+        messages: list[Message],
+        tools: list[Tool] | None,
+        *,
+        stream: bool,
+        max_tokens: int | None,
     ) -> dict[str, Any]:
         if tools and not self._native_tools:
             messages = to_text_protocol(messages, tools)
@@ -177,11 +198,11 @@ class OpenAICompatibleModel(HTTPChatModel):
             payload["response_format"] = {"type": "json_object"}
         if self.temperature is not None:
             payload["temperature"] = self.temperature
-        if self.max_tokens is not None:
+        if max_tokens is not None:
             # OpenAI deprecated max_tokens (its reasoning models refuse it); other servers
             # mostly know only max_tokens.
             key = "max_completion_tokens" if self.provider == "openai" else "max_tokens"
-            payload[key] = self.max_tokens
+            payload[key] = max_tokens
         if stream:
             payload["stream"] = True
             payload["stream_options"] = {"include_usage": True}
@@ -208,6 +229,7 @@ class OpenAICompatibleModel(HTTPChatModel):
     def _read(self, data: Any, tools: list[Tool] | None) -> ModelResponse:
         completion = _Completion.model_validate(data)
         message = completion.choices[0].message
+        finish = completion.choices[0].finish_reason
         usage = self._usage(completion.usage) if completion.usage else None
         text = message.content or ""
         calls = [
@@ -219,8 +241,9 @@ class OpenAICompatibleModel(HTTPChatModel):
             for call in message.tool_calls or []
         ]
         if not calls and tools and not self._native_tools:
-            return parse_text_tool_calls(text, tools).model_copy(update={"usage": usage})
-        return ModelResponse(text=text, tool_calls=calls, usage=usage)
+            parsed = parse_text_tool_calls(text, tools, cut=finish == "length")
+            return parsed.model_copy(update={"usage": usage, "finish_reason": finish})
+        return ModelResponse(text=text, tool_calls=calls, usage=usage, finish_reason=finish)
 
     def _usage(self, counts: Mapping[str, Any]) -> Usage:
         usage = _Usage.model_validate(counts)
@@ -240,4 +263,72 @@ class OpenAICompatibleModel(HTTPChatModel):
             raise ModelError(f"{self.base_url}{self._path} stream failed: {excerpt(shown)}")
         if chunk.usage:
             counts.update(chunk.usage)
+        for choice in chunk.choices or []:
+            if choice.finish_reason:
+                counts["finish_reason"] = choice.finish_reason
         return "".join(c.delta.content or "" for c in chunk.choices or [])
+
+    # -- the context window -----------------------------------------------------------------------
+    def _window_urls(self) -> list[str]:
+        root = self.base_url.removesuffix("/v1")
+        return [f"{root}/props", f"{self.base_url}/models"]
+
+    def _window_in(self, data: Any) -> int | None:
+        """The context window a ``/props`` or ``/models`` body gives for this model."""
+        if not isinstance(data, dict):
+            return None
+        settings = data.get("default_generation_settings")  # llama.cpp's /props: per slot
+        if isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
+            return int(settings["n_ctx"])
+        entries = [e for e in data.get("data") or [] if isinstance(e, dict)]
+        named = [e for e in entries if self.model_name in (e.get("id"), *(e.get("aliases") or []))]
+        for entry in named or entries[:1]:
+            meta = entry.get("meta")
+            meta = meta if isinstance(meta, dict) else {}
+            for value in (
+                meta.get("n_ctx"),  # llama.cpp
+                entry.get("max_model_len"),  # vLLM
+                entry.get("context_length"),  # OpenRouter, LM Studio
+                entry.get("context_window"),
+            ):
+                if isinstance(value, int) and value > 0:
+                    return value
+        return None
+
+    def _found_window(self, window: int | None) -> int | None:
+        self._window_asked = True
+        if window is not None:
+            self.context_window = window
+            logger.info(
+                "%s: context window of %r is %d tokens", self.base_url, self.model_name, window
+            )
+        return self.context_window
+
+    def discover_context_window(self) -> int | None:
+        """The context window: as configured, else as the server says (asked once; None when
+        it does not say). OpenAI's own API does not say: configure it."""
+        if self.context_window is not None or self._window_asked or self.provider == "openai":
+            return self.context_window
+        for url in self._window_urls():
+            try:
+                window = self._window_in(self._connection.get_json(url))
+            except ModelError as error:
+                logger.debug("no context window from %s: %s", url, error)
+                continue
+            if window is not None:
+                return self._found_window(window)
+        return self._found_window(None)
+
+    async def adiscover_context_window(self) -> int | None:
+        """:meth:`discover_context_window` for async code."""
+        if self.context_window is not None or self._window_asked or self.provider == "openai":
+            return self.context_window
+        for url in self._window_urls():
+            try:
+                window = self._window_in(await self._connection.aget_json(url))
+            except ModelError as error:
+                logger.debug("no context window from %s: %s", url, error)
+                continue
+            if window is not None:
+                return self._found_window(window)
+        return self._found_window(None)

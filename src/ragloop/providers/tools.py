@@ -122,16 +122,17 @@ class _TextToolCalls(BaseModel):
     tool_calls: list[_TextToolCall]
 
 
-def parse_text_tool_calls(text: str, tools: list[Tool]) -> ModelResponse:
+def parse_text_tool_calls(text: str, tools: list[Tool], *, cut: bool = False) -> ModelResponse:
     """Read a reply written under the JSON-in-text protocol: the calls it makes to known tools,
-    or, when it makes none, the reply as plain text."""
+    or, when it makes none, the reply as plain text. ``cut``: the reply was cut by its token
+    bound, and is read as far as it goes."""
     known = {tool.name for tool in tools}
     calls: list[_TextToolCall] = []
-    parsed = parse_llm_json(text, _TextToolCalls)
+    parsed = parse_llm_json(text, _TextToolCalls, cut=cut)
     if not isinstance(parsed, ParseFailure):
         calls = parsed.value.tool_calls
     else:  # a lone {"name": ..., "arguments": ...} is a common variant
-        single = parse_llm_json(text, _TextToolCall)
+        single = parse_llm_json(text, _TextToolCall, cut=cut)
         if not isinstance(single, ParseFailure):
             calls = [single.value]
     found = [ToolCall(name=c.name, arguments=c.arguments) for c in calls if c.name in known]

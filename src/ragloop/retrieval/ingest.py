@@ -53,6 +53,17 @@ class IngestReport(BaseModel):
         return self.added + self.updated + self.unchanged
 
 
+class IngestInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or another KeyboardInterrupt) stopped an ingest. It is still a
+    ``KeyboardInterrupt``; ``report`` says what was saved before it: every document it counts
+    as added or updated is in the knowledge base, and ingesting the same paths again resumes
+    (those documents are then unchanged and cost nothing)."""
+
+    def __init__(self, report: IngestReport) -> None:
+        super().__init__("ingest interrupted")
+        self.report = report
+
+
 class SkipFile(Exception):
     """This file is not ingested; the message is the reason."""
 

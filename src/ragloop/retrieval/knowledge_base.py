@@ -26,11 +26,12 @@ from ragloop.core.records import Chunk, chunk_id
 from ragloop.retrieval.chunking import ChunkingConfig, chunk_document
 from ragloop.retrieval.embedders import EmbedderUnavailable, default_embedder, embed_queries
 from ragloop.retrieval.embedders import get_embedder as load_embedder
-from ragloop.retrieval.embedding_cache import ExactEmbeddingCache, cache_key
+from ragloop.retrieval.embedding_cache import ExactEmbeddingCache
 from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
 from ragloop.retrieval.ingest import (
     DEFAULT_ENCODINGS,
     DEFAULT_MAX_FILE_BYTES,
+    IngestInterrupted,
     IngestReport,
     SkipFile,
     discover,
@@ -283,6 +284,19 @@ class KnowledgeBase:
         report: IngestReport,
         on_progress: ProgressCallback | None,
     ) -> None:
+        try:
+            self._ingest_items(items, total, collection, report, on_progress)
+        except KeyboardInterrupt:  # say what was saved: running again resumes from there
+            raise IngestInterrupted(report) from None
+
+    def _ingest_items(
+        self,
+        items: Iterable[_Item],
+        total: int,
+        collection: str,
+        report: IngestReport,
+        on_progress: ProgressCallback | None,
+    ) -> None:
         recorded = self.store.embedding_model()
         if self.embedder is None and recorded not in (None, NO_EMBEDDER):
             raise StoreError(
@@ -319,7 +333,13 @@ class KnowledgeBase:
                     self.store.delete_document(legacy, collection)
                     existing = legacy
             record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
-            pending.append(self._prepare(record, parsed, replaced=existing is not None))
+            prepared = self._prepare(record, parsed, replaced=existing is not None)
+            if not prepared.chunks:  # a heading and nothing under it: nothing to search
+                report.skipped.append((shown, "no text to index beyond its headings"))
+                if existing is not None:  # its earlier version no longer stands
+                    report.removed += self.store.delete_document(source, collection)
+                continue
+            pending.append(prepared)
             if sum(len(p.chunks) for p in pending) >= EMBED_BATCH:
                 self._write(pending, report, names)
                 pending = []
@@ -453,20 +473,16 @@ class KnowledgeBase:
         return await asyncio.to_thread(lambda: self.search(query, **options))
 
     def query_vector(self, query: str) -> list[float]:
-        """The query's embedding, from the cache when this query was embedded before."""
+        """The query's embedding, from the cache when this query was embedded before in this
+        process. The cache is in memory only: a search never writes to the knowledge base."""
         if self.embedder is None:
             raise DenseSearchUnavailable(self.dense_off_reason)
         model = self.embedder.model_id
         vector = self._query_vectors.lookup(model, query)
-        if vector is not None:
-            return vector
-        key = "query:" + content_hash(cache_key(query))
-        vector = self.store.cached_vectors(model, [key]).get(key)
         if vector is None:
             vector = embed_queries(self.embedder, [query])[0]
             _check_vectors([vector], 1, self.embedder.dimension)
-            self.store.cache_vectors(model, {key: vector})
-        self._query_vectors.store(model, query, vector)
+            self._query_vectors.store(model, query, vector)
         return vector
 
     def retriever(

@@ -227,7 +227,12 @@ class InMemoryStore:
         return StoreStats(
             documents=len(self._docs),
             chunks=sum(c.chunks for c in collections),
-            vectors=len(self._vectors),
+            vectors=sum(
+                1
+                for stored in self._docs.values()
+                for chunk in stored.chunks
+                if self._model is not None and (self._model[0], chunk.text_hash) in self._vectors
+            ),
             links=len(self._links),
             collections=collections,
             embedding_model=self._model[0] if self._model else None,

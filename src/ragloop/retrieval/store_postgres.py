@@ -537,8 +537,10 @@ class PostgresStore:
                     "ORDER BY d.collection"
                 )
             ]
+            # the chunks that have a vector (embeddings is a cache by text, not the index)
             counts = conn.execute(
-                "SELECT (SELECT count(*) FROM embeddings), (SELECT count(*) FROM links), "
+                "SELECT (SELECT count(*) FROM chunks WHERE embedding IS NOT NULL), "
+                "(SELECT count(*) FROM links), "
                 "(SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE n.nspname = %s AND c.relkind = 'r')",

@@ -675,7 +675,13 @@ class SQLiteStore:
         return StoreStats(
             documents=sum(c.documents for c in collections),
             chunks=sum(c.chunks for c in collections),
-            vectors=conn.execute("SELECT count(*) FROM vectors").fetchone()[0],
+            # the chunks that have a vector of the knowledge base's model; the vectors table is
+            # a cache by text, so it may also hold texts no chunk has any more
+            vectors=conn.execute(
+                "SELECT count(*) FROM chunks c JOIN vectors v "
+                "ON v.text_hash = c.text_hash AND v.model_id = ?",
+                (model[0] if model else "",),
+            ).fetchone()[0],
             links=conn.execute("SELECT count(*) FROM links").fetchone()[0],
             collections=collections,
             embedding_model=model[0] if model else None,
