@@ -45,6 +45,13 @@ def _retriever(source: Any) -> Retriever:
     )
 
 
+# The offline judge's score is a calibrated chance of being right (HeuristicEvaluator), and a
+# quoted answer's chance seldom passes 0.8 even when it is right (BENCHMARKS.md: reliability of
+# the offline judge), so the offline loops converge at 0.6: an answer they stand by is right
+# at least three times in five. An LLM judge keeps ragsnag's 0.8.
+OFFLINE_CONFIDENCE = 0.6
+
+
 # -- searching through RetrievalLoop.offline ----------------------------------------------------
 
 
@@ -129,6 +136,8 @@ def _rag_loop(retriever: Retriever, corpus: Corpus, model: Any, config: dict[str
     if loop_config is not None and config:
         raise ConfigError("config", "pass either config=LoopConfig(...) or its fields, not both")
     if loop_config is None:
+        if model is None:
+            config.setdefault("confidence_threshold", OFFLINE_CONFIDENCE)
         loop_config = LoopConfig(**config)
     if model is None:
         judge = AnswerJudge(corpus=corpus)  # one analysis of each answer for both
@@ -177,7 +186,11 @@ def agent_loop(source: Any, **options: Unpack[AgentLoopOptions]) -> AgentLoop:
         search = source.retriever().search if model is not None else LinkedSearch(source)
     else:
         search = _retriever(source)
-    controller = model if model is not None else OfflineController(corpus=Corpus.of(source))
+    controller = (
+        model
+        if model is not None
+        else OfflineController(corpus=Corpus.of(source), threshold=OFFLINE_CONFIDENCE)
+    )
     return AgentLoop(controller, search, **settings)
 
 

@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ragloop.components.citations import answer_text
+from ragloop.components.citations import answer_text, source_label
 from ragloop.components.corpus import Corpus
 from ragloop.components.evaluators import Analysis, HeuristicEvaluator
 from ragloop.components.generators import NO_ANSWER, ExtractiveGenerator
@@ -157,7 +157,7 @@ class OfflineController:
             return self._answer(
                 output, f"Nothing new left to search; answering ({verdict.reason})."
             )
-        reason = not_found(output, verdict.score, verdict.reason)
+        reason = not_found(output, verdict.score, verdict.reason, seen.chunks)
         return ModelResponse(text=reason, tool_calls=[_call("give_up", reason=reason)])
 
     @staticmethod
@@ -218,18 +218,19 @@ class OfflineController:
         ] or found.unresolved
 
 
-def not_found(output: GeneratorOutput, score: float, why: str) -> str:
-    """Why the controller gives up, plainly, with the closest passage it found (if any)."""
+def not_found(output: GeneratorOutput, score: float, why: str, chunks: Sequence[Chunk]) -> str:
+    """Why the controller gives up, plainly, with the closest passage it found (its quote and
+    sources), or the sources of the best chunks when nothing was worth quoting."""
     if output.answer == NO_ANSWER:
-        return f"no document answers it: {why}"
-    closest = answer_text(output.answer)
-    sources = (
-        output.answer.rsplit("\n\nSources: ", 1)[-1] if "\n\nSources: " in output.answer else ""
-    )
-    where = f" ({sources})" if sources else ""
+        closest = "; ".join(dict.fromkeys(source_label(c) for c in chunks[:3]))
+        return f"no document answers it: {why}" + (
+            f". Closest sources: {closest}" if closest else ""
+        )
+    _, found, sources = output.answer.rpartition("\n\nSources: ")
+    where = f" ({sources})" if found else ""
     return (
         f"the documents do not answer it (the best answer found scores {score:.2f}: {why}). "
-        f"The closest passage{where}: {closest}"
+        f"The closest passage{where}: {answer_text(output.answer)}"
     )
 
 

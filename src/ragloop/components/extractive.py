@@ -45,23 +45,23 @@ from ragloop.core.records import Chunk
 # the benchmarks' samples (a sentence is right when it contains the gold answer).
 SENTENCE_FEATURES = ("lexical", "names", "type", "untyped", "similarity", "prior", "lead")
 SENTENCE_COEFFICIENTS = {
-    "bias": -5.90,
-    "lexical": 2.40,
-    "names": 0.11,
-    "type": -0.34,
-    "untyped": -2.19,
-    "similarity": 2.04,
-    "prior": 2.40,
-    "lead": 0.90,
+    "bias": -5.43,
+    "lexical": 2.20,
+    "names": 0.43,
+    "type": 0.72,
+    "untyped": -0.72,
+    "similarity": 0.99,
+    "prior": 1.87,
+    "lead": 0.71,
 }
 SENTENCE_LEXICAL = {
-    "bias": -5.45,
-    "lexical": 3.13,
-    "names": 0.07,
-    "type": -0.33,
-    "untyped": -2.28,
-    "prior": 2.87,
-    "lead": 1.09,
+    "bias": -5.15,
+    "lexical": 2.39,
+    "names": 0.43,
+    "type": 0.76,
+    "untyped": -0.76,
+    "prior": 2.09,
+    "lead": 0.83,
 }
 CONTEXT_WEIGHT = 0.5
 MAX_SENTENCE_CHARS = 600
@@ -72,6 +72,8 @@ EMBEDDED_SENTENCES = 32  # best sentences (scored without similarity) that get e
 STAND_INS = 4  # corpus words that may stand for a question word the corpus never uses
 CODE_FACTOR = 0.7  # a piece of code, against a sentence that says the same
 LOOSE_WEIGHT = 0.25  # a question term found only inside a longer compound name
+CONTINUATION_GAP = 2.0  # log-odds below the best sentence a continuation may score ...
+BRIDGE_GAP = 3.5  # ... and one that follows a name the chosen sentences introduce
 MIN_GAIN = 0.2  # share of the question's weight a further sentence must add
 POINTER_SHARE = 0.3  # share of a sentence's new words a name must make up to be a pointer
 
@@ -124,11 +126,11 @@ def code_name_found(
     return 0.5 if words and all(w in stems and w not in loose for w in words) else 0.0
 
 
-def split_chunks(chunks: Sequence[Chunk]) -> list[Sentence]:
+def split_chunks(chunks: Sequence[Chunk], *, with_signatures: bool = False) -> list[Sentence]:
     """Every unit of the chunks (:func:`~ragloop.components.text.passage_units`), headings
-    and fragments without content words left out; an API signature with default values that
-    heads a chunk (``Fraction.limit_denominator(max_denominator=1000000)``) is a unit too,
-    once."""
+    and fragments without content words left out. ``with_signatures`` (for a question about a
+    default value): an API signature with default values that heads a chunk
+    (``Fraction.limit_denominator(max_denominator=1000000)``) is a unit too, once."""
     out: list[Sentence] = []
     signatures: set[str] = set()
     for index, chunk in enumerate(chunks):
@@ -137,7 +139,13 @@ def split_chunks(chunks: Sequence[Chunk]) -> list[Sentence]:
         path = [str(h).replace("¶", "").strip() for h in chunk.metadata.get("heading_path") or []]
         base_stems = frozenset(content_stems(base))
         units = passage_units(chunk.content)
-        if path and is_signature(path[-1]) and "=" in path[-1] and path[-1] not in signatures:
+        if (
+            with_signatures
+            and path
+            and is_signature(path[-1])
+            and "=" in path[-1]
+            and path[-1] not in signatures
+        ):
             signatures.add(path[-1])
             units = [PassageUnit("signature", path[-1]), *units]
         previous_heading = None
@@ -232,17 +240,19 @@ class SentenceScorer:
         context_weight: float = CONTEXT_WEIGHT,
         soft: frozenset[str] | set[str] = frozenset(),
         loose: frozenset[str] | set[str] = frozenset(),
+        ignore: frozenset[str] | set[str] = frozenset(),
     ) -> float:
         """The weighted share of the question's terms in ``stems``; a term found only in
         ``context`` (titles, headings) counts ``context_weight``, one said in other words
         (``soft``) ``SOFT_WEIGHT``, one found only inside a longer compound name (``loose``:
         ``strict`` in ``strict_timestamps``, unless the question has that compound)
-        ``LOOSE_WEIGHT``."""
-        total = sum(self.weights.values())
+        ``LOOSE_WEIGHT``; terms in ``ignore`` do not count either way."""
+        weights = {t: w for t, w in self.weights.items() if t not in ignore}
+        total = sum(weights.values())
         if total <= 0:
             return 0.0
         got = 0.0
-        for term, weight in self.weights.items():
+        for term, weight in weights.items():
             if term in loose and term not in self.compound_stems:
                 got += weight * LOOSE_WEIGHT
             elif term in stems:
@@ -441,6 +451,7 @@ def select(
                 chosen.append(sentence)
     if not chosen:
         chosen = [ranked[0]]
+    _add_next_for_type(scorer, ranked, chosen, max_sentences)
     _add_continuations(scorer, ranked, chosen, max_sentences)
     _follow_pointers(scorer, ranked, chosen, max_sentences)
     return chosen
@@ -476,19 +487,43 @@ def _covered(chosen: list[Sentence]) -> set[str]:
     return set().union(*(s.stems | s.context_stems | s.soft_stems for s in chosen))
 
 
+def _add_next_for_type(
+    scorer: SentenceScorer, ranked: list[Sentence], chosen: list[Sentence], limit: int
+) -> None:
+    """When the chosen sentences lack the kind of answer asked for, the sentence right after
+    the first one, if it gives it: documentation often names a thing in one sentence and gives
+    its value in the next ("An integer, the default protocol version." "The default is 4.")."""
+    if len(chosen) >= limit or not any(s.features.get("untyped") for s in chosen[:1]):
+        return
+    if any(s.features.get("type") for s in chosen):
+        return
+    first = chosen[0]
+    following = next(
+        (s for s in ranked if s.chunk == first.chunk and s.position == first.position + 1), None
+    )
+    if following is not None and following.features.get("type") and following not in chosen:
+        chosen.insert(1, following)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-9), 1 - 1e-9)
+    return math.log(p / (1 - p))
+
+
 def _add_continuations(
     scorer: SentenceScorer, ranked: list[Sentence], chosen: list[Sentence], limit: int
 ) -> None:
     """Sentences that add uncovered question terms and continue what was chosen: the same
     chunk, one of the question's names, or a name a chosen sentence introduced (a bridge)."""
     total = sum(scorer.weights.values()) or 1.0
-    floor = chosen[0].score * 0.5
+    top = _logit(chosen[0].score)
     while len(chosen) < limit:
         missing = set(scorer.weights) - _covered(chosen)
         bridges = [n for s in chosen for n in new_names(s, scorer.question)]
+        floor = top - (BRIDGE_GAP if bridges else CONTINUATION_GAP)
         best_gain, best = 0.0, None
         for s in ranked:
-            if s in chosen or s.score < floor * (0.4 if bridges else 1.0):
+            if s in chosen or _logit(s.score) < floor:
                 continue
             gain = sum(
                 scorer.weights[t] for t in missing & (s.stems | s.context_stems | s.soft_stems)
@@ -520,5 +555,6 @@ def _follow_pointers(
             if len(chosen) >= limit or any(c is not sentence and c.has_name(name) for c in chosen):
                 continue
             there = [s for s in ranked if s.chunk != sentence.chunk and name in s.context]
-            if there:
-                chosen.append(there[0])
+            if there:  # its sentence with most of the question's words, then the best
+                asked = scorer.question.stems
+                chosen.append(max(there, key=lambda s: (len(s.stems & asked), s.score)))

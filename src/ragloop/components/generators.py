@@ -32,7 +32,7 @@ from ragloop.components.extractive import (
 from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.judging import AnswerJudge, answer_probability
 from ragloop.components.prompts import fence_chunk, generator_prompt
-from ragloop.components.questions import gives_answer_type
+from ragloop.components.questions import gives_answer_type, profile
 from ragloop.components.text import content_stems
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
@@ -85,8 +85,9 @@ class ExtractiveGenerator:
 
     def pick(self, query: str, chunks: Sequence[Chunk]) -> tuple[list[Sentence], SentenceScorer]:
         """The chosen sentences (best first) and the scorer that chose them."""
-        sentences = split_chunks(chunks)
-        scorer = SentenceScorer.build(query, sentences)
+        asked = profile(query)
+        sentences = split_chunks(chunks, with_signatures=asked.answer_type == "default")
+        scorer = SentenceScorer.build(asked, sentences)
         similarity = sentence_similarity(self.corpus, scorer, chunks)
         parts = rank_for_parts(scorer.question, sentences, chunks, self.corpus)
         ranked = scorer.score(chunks, similarity, self.corpus)

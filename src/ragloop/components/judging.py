@@ -12,8 +12,10 @@ the knowledge base, the way :class:`~ragloop.HeuristicEvaluator` and
 - **similarity**: the best embedding cosine of an answer sentence to the question;
 - **answer type**: whether the answer holds what was asked for (a duration, an exception's name,
   a version, a default value, ...);
-- **foreign terms**: the weight of question words the documents never use and nothing in the
-  answer stands for (a question about ``bitcoin`` in a shop handbook);
+- **foreign terms**: the weight of question words the documents never use, nothing in the
+  answer stands for, and that are names or jargon rather than everyday English (a question
+  about ``bitcoin`` in a shop handbook; an everyday word such as "policy" that no document uses
+  is not missing content, and coverage leaves it out);
 - **parts**, **grounding** and **evidence coverage**, and how much the question asks (its
   number of content terms: a long question is harder to answer with a few quoted sentences).
 
@@ -47,6 +49,7 @@ from ragloop.components.questions import QuestionProfile, gives_answer_type
 from ragloop.components.text import (
     content_stems,
     entity_phrases,
+    is_common_word,
     loose_stems,
     sentence_units,
     stem,
@@ -82,6 +85,7 @@ class Analysis:
     similarity: float = 0.0  # best embedding cosine of an answer sentence to the question
     names_given: float = 1.0  # share of the question's names (entities, code) the answer gives
     foreign_share: float = 0.0  # weight of question terms no document uses, none standing in
+    embedded: bool = False  # whether the judge had an embedder (similarity, other words)
 
     @property
     def unresolved(self) -> list[str]:
@@ -116,17 +120,31 @@ ANSWER_FEATURES = (
     "evidence",
 )
 ANSWER_COEFFICIENTS = {
-    "bias": -3.05,
-    "coverage": 1.69,
-    "names": 1.19,
-    "similarity": 2.19,
-    "typed": -0.39,
-    "untyped": -0.10,
-    "length": -1.08,
-    "foreign": -1.31,
+    "bias": -3.50,
+    "coverage": 1.84,
+    "names": 0.90,
+    "similarity": 2.51,
+    "typed": 0.00,
+    "untyped": 0.00,
+    "length": -0.79,
+    "foreign": -0.51,
     "parts_missing": 0.00,
     "ungrounded": -3.0,  # not fitted: extractive answers are always grounded (see above)
-    "evidence": -0.03,
+    "evidence": 0.00,
+}
+
+
+ANSWER_LEXICAL = {  # the same without an embedder
+    "bias": -2.65,
+    "coverage": 2.21,
+    "names": 1.12,
+    "typed": 0.00,
+    "untyped": 0.00,
+    "length": -0.29,
+    "foreign": 0.00,
+    "parts_missing": -0.50,
+    "ungrounded": -3.0,
+    "evidence": 0.06,
 }
 
 
@@ -151,7 +169,8 @@ def answer_probability(asked: QuestionProfile, found: Analysis) -> float:
     """The chance that the answer analysed is right (0 when there is no answer)."""
     if not found.answered:
         return 0.0
-    return logistic(ANSWER_COEFFICIENTS, answer_features(asked, found))
+    coefficients = ANSWER_COEFFICIENTS if found.embedded else ANSWER_LEXICAL
+    return logistic(coefficients, answer_features(asked, found))
 
 
 def names_given(asked: QuestionProfile, text: str, backing: list[Chunk]) -> float:
@@ -200,7 +219,7 @@ class AnswerJudge:
         return found
 
     def _analyse(self, asked: QuestionProfile, chunks: list[Chunk], answer: str) -> Analysis:
-        found = Analysis()
+        found = Analysis(embedded=self.corpus is not None and self.corpus.embedder is not None)
         scorer = SentenceScorer.build(asked, split_chunks(chunks))
         self._check_evidence(asked, chunks, scorer, found)
         text = answer_text(answer)
@@ -255,16 +274,21 @@ class AnswerJudge:
         soft = (
             set().union(*soft_matches(self.corpus, asked.terms, [text])) if self.corpus else set()
         )
+        # A word no document uses, and nothing in the answer stands for, is either everyday
+        # English ("policy", "happens": no answer could say it, so it is not missing content)
+        # or a name the documents never mention ("bitcoin": they do not cover it).
+        unread = [t for t in found.foreign if t not in found.read_as and stem(t) not in soft]
+        everyday = {stem(t) for t in unread if is_common_word(t)}
         loose = loose_stems(text) - content_stems(" ".join(chunk_context(c) for c in backing))
         found.answer_coverage = scorer.coverage(
-            said, context, context_weight=1.0, soft=soft, loose=loose
+            said, context, context_weight=1.0, soft=soft, loose=loose, ignore=everyday
         )
         found.names_given = names_given(asked, text, backing)
         found.similarity = self._similarity(asked, chunks, sentences)
         weights = scorer.weights
         total = sum(weights.values()) or 1.0
-        unread = [t for t in found.foreign if t not in found.read_as and stem(t) not in soft]
-        found.foreign_share = sum(weights.get(stem(t), 0.0) for t in unread) / total
+        names = [t for t in unread if stem(t) not in everyday]
+        found.foreign_share = sum(weights.get(stem(t), 0.0) for t in names) / total
         found.focus_missing = [t for t in asked.focus if stem(t) not in said | context | soft]
         weights = set(scorer.weights)
         for i, part in enumerate(asked.parts if asked.is_multi_part else []):
@@ -352,7 +376,9 @@ class AnswerJudge:
         if self.corpus is None or not backing:
             return []
         retrieved = {c.source for c in chunks}
-        pointers = {n for sentence in sentences for n in pointer_names(sentence, asked)}
+        # a quoted sentence may lead with its section's name ("Price and warranty: ...")
+        said = [part for sentence in sentences for part in {sentence, sentence.split(": ", 1)[-1]}]
+        pointers = {n for sentence in said for n in pointer_names(sentence, asked)}
         hops = [
             str(target.metadata.get("mention"))
             for target in self.corpus.linked(backing)

@@ -87,7 +87,7 @@ _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
             re.I,
         ),
         "duration",
-        frozenset({"long", "soon", "often"}),
+        frozenset({"long", "soon", "often", "last", "take", "takes"}),
     ),
     (
         re.compile(r"\bhow (?:many|much|far|old|big|tall|high)\b", re.I),
@@ -198,6 +198,9 @@ def profile(question: str) -> QuestionProfile:
         if pattern.search(question):
             answer_type, cue_words = kind, words
             break
+    identifiers = code_names(question)
+    if answer_type is None and _CONSTANT.search(question):  # "What is pickle.HIGHEST_PROTOCOL?"
+        answer_type = "default"
     terms = [t for t in content_terms(question) if t not in cue_words]
     focus = _FOCUS.match(question)
     return QuestionProfile(
@@ -208,10 +211,14 @@ def profile(question: str) -> QuestionProfile:
         answer_type=answer_type,
         stems=frozenset(stem(t) for t in terms),
         focus=tuple(t for t in content_terms(focus[1]) if t in terms) if focus else (),
-        identifiers=tuple(code_names(question)),
+        identifiers=tuple(identifiers),
     )
 
 
+# "What is pickle.DEFAULT_PROTOCOL?": a constant's question asks for its value
+_CONSTANT = re.compile(
+    r"^\s*(?i:what (?:is|are|was))\b.*\b(?:[a-z_]\w*\.)?[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"
+)
 _TITLED = re.compile(r"(?:^|:\s)([\w.]+) [—–-] ")  # "configparser — Configuration file parser"
 
 

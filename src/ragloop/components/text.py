@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import threading
 from dataclasses import dataclass
+from importlib import resources
 
 import Stemmer
 
@@ -31,6 +34,26 @@ STOPWORDS = frozenset(
 )
 
 QUESTION_WORDS = frozenset("what which who whom whose when where why how".split())
+
+
+@functools.cache
+def _general_vocabulary() -> frozenset[str]:
+    """The whole words of the MiniLM WordPiece vocabulary (about 22,000 words of general
+    English that the tokenizer keeps whole); empty if the vocabulary cannot be read."""
+    path = resources.files("ragloop.retrieval") / "models" / "minilm-tokenizer.json"
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+    return frozenset(w for w in vocab if w.isalpha() and not w.startswith("##"))
+
+
+def is_common_word(word: str) -> bool:
+    """Whether a word is everyday English (kept whole by a general-purpose tokenizer:
+    "policy", "abroad", "happens") rather than a name or jargon split into pieces ("bitcoin",
+    "django", "memoize"). Without the vocabulary every word counts as common."""
+    vocabulary = _general_vocabulary()
+    return not vocabulary or word.lower() in vocabulary
 
 
 def tokenize(text: str) -> list[str]:
