@@ -29,7 +29,8 @@ from ragloop.engines.agent_options import AgentLoopOptions, SearchFn
 from ragloop.engines.rag import LoopConfig, RAGLoop, RAGLoopOptions
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.offline_retrieval import offline_retrieval_loop
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever, SearchMode
+from ragloop.retrieval.store import Scope
 
 
 def _retriever(source: Any) -> Retriever:
@@ -73,10 +74,13 @@ class LinkedSearch:
     """The offline AgentLoop's search tool over a knowledge base: every search runs
     :meth:`RetrievalLoop.offline <ragloop.RetrievalLoop.offline>` (a hybrid search and one hop
     along the link graph) within the collections the call names, and returns the best
-    ``limit`` chunks of its evidence. One loop per scope, so its caches serve every search."""
+    ``limit`` chunks of its evidence. One loop per scope, so its caches serve every search.
+    Over a knowledge base's retriever, searches keep to that retriever's collections, mode and
+    filters."""
 
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self.kb = kb
+    def __init__(self, kb: KnowledgeBase | KnowledgeBaseRetriever) -> None:
+        self.base = kb.retriever() if isinstance(kb, KnowledgeBase) else kb
+        self.kb = self.base.kb
         self._loops: dict[tuple[str, ...] | None, RetrievalLoop] = {}
 
     async def __call__(
@@ -88,9 +92,16 @@ class LinkedSearch:
         collections: Sequence[str] | None = None,
     ) -> list[Chunk]:
         requested = [collection] if collection is not None else collections
-        scope = None if requested is None else tuple(requested)
+        own = None if self.base.collection is None else Scope.of(self.base.collection).collections
+        if requested is not None and own is not None:
+            requested = [c for c in requested if c in own]
+        scope = own if requested is None else tuple(requested)
         if scope not in self._loops:
-            retriever = self.kb.retriever(collection=None if scope is None else list(scope))
+            retriever = self.kb.retriever(
+                collection=None if scope is None else list(scope),
+                mode=self.base.mode,
+                filters=self.base.filters,
+            )
             self._loops[scope] = offline_retrieval_loop(retriever)
         return (await self._loops[scope].arun(query)).chunks[:limit]
 
@@ -181,24 +192,36 @@ def agent_loop(source: Any, **options: Unpack[AgentLoopOptions]) -> AgentLoop:
     settings: dict[str, Any] = dict(options)
     model = settings.pop("model", None)
     search: Retriever | SearchFn | LinkedSearch
-    if isinstance(source, KnowledgeBase):
-        # the function forms: the collections a call names reach the store
-        search = source.retriever().search if model is not None else LinkedSearch(source)
+    if isinstance(source, KnowledgeBase | KnowledgeBaseRetriever):
+        # the function forms: the collections a call names reach the store (within a
+        # retriever's own)
+        base = source.retriever() if isinstance(source, KnowledgeBase) else source
+        search = base.search if model is not None else LinkedSearch(source)
     else:
         search = _retriever(source)
     controller = (
         model
         if model is not None
-        else OfflineController(corpus=Corpus.of(source), threshold=OFFLINE_CONFIDENCE)
+        else OfflineController(corpus=_scoped(source, settings), threshold=OFFLINE_CONFIDENCE)
     )
     return AgentLoop(controller, search, **settings)
+
+
+def _scoped(source: Any, settings: dict[str, Any]) -> Corpus:
+    """The offline controller's corpus: only the collections the loop may search, so its
+    queries never carry a word found only in another collection."""
+    collections = settings.get("collections")
+    if collections is None or not isinstance(source, KnowledgeBase):
+        return Corpus.of(source)
+    mode: SearchMode = "hybrid" if source.embedder is not None else "bm25"
+    return Corpus.of(source.retriever(collection=collections, mode=mode))
 
 
 # -- RetrievalLoop, answered ------------------------------------------------------------------
 
 
 def answered_retrieval_loop(
-    kb: KnowledgeBase, *, model: ChatModel | None = None, **config: Any
+    kb: KnowledgeBase | KnowledgeBaseRetriever, *, model: ChatModel | None = None, **config: Any
 ) -> RAGLoop:
     """:meth:`RetrievalLoop.offline <ragloop.RetrievalLoop.offline>` gathers the evidence (its
     hops, budgets and stops; ``max_iterations=`` is its own), then one RAGLoop iteration answers

@@ -64,6 +64,19 @@ async def test_a_streamed_run_sends_the_answer_text_as_it_is_written(server, loo
     assert not [e for e in record.events if e.kind is EventKind.ANSWER_DELTA]
 
 
+async def test_a_streamed_answer_is_bounded_and_recorded_and_read_as_far_as_it_goes(server, loop):
+    cut = REPLY[: REPLY.index(" 30 days")]  # the server stopped at the reply bound
+    server.reply(openai_stream([cut[i : i + 7] for i in range(0, len(cut), 7)], (20, 6), "length"))
+    stream = loop.astream(Q)
+    assert [e async for e in stream]
+    assert server.received[0].body["max_tokens"] == 512  # the generator's bound
+    (call,) = stream.result.llm_calls
+    assert (call.role, call.max_tokens, call.finish_reason) == ("generator", 512, "length")
+    assert (call.input_tokens, call.output_tokens) == (20, 6)
+    assert stream.result.answer.startswith("Refunds are issued within")
+    assert "answer" not in stream.result.answer  # the cut JSON was read, not shown whole
+
+
 async def test_a_run_nobody_streams_asks_for_the_whole_reply(server, loop):
     server.reply(Reply(json=openai_completion(REPLY)))
     result = await loop.arun(Q)

@@ -57,9 +57,12 @@ def openai_completion(
     return body
 
 
-def openai_stream(pieces: list[str], usage: tuple[int, int] | None = (9, 12)) -> Reply:
-    """A streamed chat completion: a role chunk, one chunk per piece, a finish chunk, the usage
-    chunk (empty ``choices``) when ``usage`` is given, then ``[DONE]``."""
+def openai_stream(
+    pieces: list[str], usage: tuple[int, int] | None = (9, 12), finish: str = "stop"
+) -> Reply:
+    """A streamed chat completion: a role chunk, one chunk per piece, a finish chunk (its
+    reason ``finish``), the usage chunk (empty ``choices``) when ``usage`` is given, then
+    ``[DONE]``."""
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
@@ -76,7 +79,7 @@ def openai_stream(pieces: list[str], usage: tuple[int, int] | None = (9, 12)) ->
 
     events = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"content": piece}) for piece in pieces]
-    events.append(chunk({}, "stop"))
+    events.append(chunk({}, finish))
     if usage is not None:
         events.append(
             json.dumps(

@@ -8,6 +8,8 @@ so it answers at once. tests/test_startup.py keeps each summary equal to its com
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -21,6 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ragloop.cli.ask:ask",
         "Answer QUESTION from the knowledge base, showing each iteration of the loop.",
     ),
+    "config": (
+        "ragloop.cli.config:config_group",
+        "Show the effective settings (ragloop.toml and the environment), make API keys.",
+    ),
     "eval": (
         "ragloop.cli.eval:eval_command",
         "Compare one-shot retrieval with the loops on DATASET (HotpotQA, IRCoT, MuSiQue, BEIR "
@@ -31,9 +37,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Ingest files and folders (txt, md, rst, html, json, jsonl, csv, pdf).",
     ),
     "kb": ("ragloop.cli.kb:kb_group", "Inspect and manage the knowledge base."),
+    "mcp": (
+        "ragloop.cli.mcp:mcp_command",
+        "Serve the knowledge base and the loops to MCP clients (stdio or streamable HTTP).",
+    ),
     "search": (
         "ragloop.cli.search:search",
         'Search the knowledge base for QUERY ("-" reads it from standard input).',
+    ),
+    "serve": (
+        "ragloop.cli.serve:serve",
+        "Serve the HTTP API, its web page and MCP (needs ragloop[server]).",
     ),
     "traces": ("ragloop.cli.traces:traces_group", "Look at the runs `ragloop ask` stored."),
 }
@@ -63,7 +77,31 @@ class LazyGroup(click.Group):
             formatter.write_dl(sorted(rows))
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _use_config(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # imported only when given: --help stays light
+        from ragloop.config import use_config_file
+
+        use_config_file(value)
+
+
+def config_option(function: F) -> F:
+    """``--config FILE``: on ``ragloop`` itself and on the commands that serve."""
+    return click.option(
+        "--config",
+        type=click.Path(dir_okay=False),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_use_config,
+        help="The config file (default: $RAGLOOP_CONFIG, else ./ragloop.toml if present).",
+    )(function)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ragloop", prog_name="ragloop")
+@config_option
 def main() -> None:
     """ragloop: retrieval loops that notice a miss, try again, and show why."""

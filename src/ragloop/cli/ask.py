@@ -19,6 +19,7 @@ from ragloop.cli.common import (
     text_argument,
     traces_file,
 )
+from ragloop.cli.common import settings as config_settings
 from ragloop.cli.demo import open_demo
 from ragloop.cli.display import QUERY_CHARS, LiveSteps, render_answer
 from ragloop.cli.tables import Column, cell, print_table, shorten
@@ -36,7 +37,11 @@ Result = LoopResult | AgentResult
 
 
 def build_engine(
-    engine: str, kb: KnowledgeBase, model_spec: str | None, settings: dict[str, Any]
+    engine: str,
+    kb: KnowledgeBase,
+    model_spec: str | None,
+    settings: dict[str, Any],
+    model_options: dict[str, Any] | None = None,
 ) -> Any:
     builder = ENGINES.get(engine)
     if builder is None:
@@ -45,7 +50,7 @@ def build_engine(
             f"use one of: {', '.join(sorted(ENGINES))}"
         )
     try:
-        model = resolve_model(model_spec)
+        model = resolve_model(model_spec, **(model_options or {}))
         if engine == "agent":
             settings.pop("confidence_threshold", None)
         return builder(kb, model=model, **settings)
@@ -100,9 +105,8 @@ def run_one(
 @click.option(
     "--engine",
     type=click.Choice(["rag", "agent", "retrieval"]),
-    default="rag",
-    show_default=True,
-    help="Which loop answers.",
+    default=None,
+    help="Which loop answers (default: [engine] default of the config, else rag).",
 )
 @click.option(
     "--model",
@@ -110,7 +114,8 @@ def run_one(
     default=None,
     metavar="SPEC",
     help="offline (default), openai:MODEL, anthropic:MODEL or "
-    "openai-compatible:BASE_URL#MODEL: the LLM components replace the offline ones.",
+    "openai-compatible:BASE_URL#MODEL: the LLM components replace the offline ones "
+    "(default: [model] spec of the config).",
 )
 @click.option(
     "--max-iterations",
@@ -145,7 +150,7 @@ def ask(
     question: str | None,
     kb_location: str | None,
     demo: bool,
-    engine: str,
+    engine: str | None,
     model_spec: str | None,
     max_iterations: int | None,
     threshold: float | None,
@@ -167,10 +172,17 @@ def ask(
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
     if not trace_content_configured():
         set_trace_content(True)  # a local trace of your own question: keep its text
-    settings: dict[str, Any] = {"max_iterations": max_iterations, "confidence_threshold": threshold}
+    configured = config_settings()
+    engine = engine or configured.engine.default
+    model_options = configured.model.options() if model_spec is None else {}
+    model_spec = model_spec if model_spec is not None else configured.model.spec
+    given: dict[str, Any] = {"max_iterations": max_iterations, "confidence_threshold": threshold}
     if engine in ("rag", "retrieval"):
-        settings["top_k"] = top_k
-    settings = {k: v for k, v in settings.items() if v is not None}
+        given["top_k"] = top_k
+    settings = {
+        **configured.engine.settings(engine),
+        **{k: v for k, v in given.items() if v is not None},
+    }
     questions = [question] if question is not None else [q.text for q in DEMO_QUESTIONS]
     kb = open_demo() if demo else open_kb(kb_location, create=False)
     location = str(demo_kb_path()) if demo else kb_location
@@ -181,8 +193,10 @@ def ask(
         "model": model_spec or "offline",
         **settings,
     }
+    budget = configured.budget.budget()
     try:
-        loop = build_engine(engine, kb, model_spec, dict(settings))
+        options = {**settings, "budget": budget} if budget is not None else dict(settings)
+        loop = build_engine(engine, kb, model_spec, options, model_options)
         with TraceRecorder(store, meta=meta) as recorder:
             outcomes = [
                 ask_one(

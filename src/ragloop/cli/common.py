@@ -15,7 +15,8 @@ import click
 import platformdirs
 from rich.console import Console
 
-from ragloop.core.errors import RagloopError
+from ragloop.config import Settings, load_settings
+from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.observability.traces import traces_path_for
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, is_postgres_dsn
@@ -27,11 +28,23 @@ errors = Console(stderr=True, highlight=False)
 
 
 def default_kb_location() -> str:
-    """$RAGLOOP_KB (a file or a postgresql:// URL), else kb.sqlite in the user's data folder."""
+    """$RAGLOOP_KB (a file or a postgresql:// URL), else ``[kb] location`` of the config file,
+    else kb.sqlite in the user's data folder."""
     env = os.environ.get("RAGLOOP_KB")
     if env:
         return env
+    configured = settings().kb.location
+    if configured:
+        return configured
     return str(Path(platformdirs.user_data_dir("ragloop")) / "kb.sqlite")
+
+
+def settings() -> Settings:
+    """The effective settings (ragloop.toml and the environment); a bad one is a clean error."""
+    try:
+        return load_settings()
+    except ConfigError as error:
+        raise InputError(f"config: {error}") from None
 
 
 def kb_option(function: F) -> F:

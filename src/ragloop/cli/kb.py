@@ -6,6 +6,7 @@ import click
 
 from ragloop.cli.common import console, kb_option, open_kb, print_json
 from ragloop.cli.tables import Column, cell, print_table
+from ragloop.core.errors import RagloopError
 
 
 @click.group(name="kb")
@@ -21,6 +22,8 @@ def stats(kb_location: str | None, as_json: bool) -> None:
     kb = open_kb(kb_location, create=False)
     try:
         info = kb.stats()
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
     finally:
         kb.close()
     if as_json:
@@ -62,6 +65,8 @@ def delete(source: str, kb_location: str | None, collection: str | None) -> None
     kb = open_kb(kb_location, create=False)
     try:
         removed = kb.delete(source, collection=collection)
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
     finally:
         kb.close()
     if not removed:

@@ -191,6 +191,10 @@ class Corpus:
             found = kb.linked_chunks(ids, limit=limit)
             return [c for c in found if in_scope.accepts(c.metadata.get("collection"), c.metadata)]
 
+        def fetch(ids: Sequence[str]) -> list[Chunk]:
+            found = kb.store.get_chunks(ids)
+            return [c for c in found if in_scope.accepts(c.metadata.get("collection"), c.metadata)]
+
         options.setdefault("embedder", kb.embedder)
         if kb.embedder is not None:
             options.setdefault("vector_cache", _StoreVectors(kb.store, kb.embedder.model_id))
@@ -199,7 +203,7 @@ class Corpus:
             keyword_search=keyword,
             semantic_search=semantic,
             linked=linked,
-            fetch=kb.store.get_chunks,
+            fetch=fetch,
             **options,
         )
 

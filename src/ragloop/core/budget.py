@@ -8,14 +8,28 @@ check it *before* every step, and return their best partial result with the matc
 Model calls made anywhere inside a run (an evaluator's LLM, a generator's LLM) report their usage
 with :func:`record_usage`; the tracker of the innermost active run receives it, and so does every
 enclosing run, so a loop used as a tool of another loop is charged to both.
+
+Every model call (:func:`ragloop.core.calls.complete` / ``ask``) is also admitted by
+:func:`model_call` first, so a step that makes several (sub-queries understood at once, a batch
+of searches that call models, a RetrievalLoop iteration) is checked call by call, not once:
+
+- a call is refused (``BudgetExceeded``) once a budget of its run, or of a run enclosing it, is
+  spent, and the run returns its partial result;
+- under a token or dollar budget, a run's model calls go one at a time: a call waits while
+  another is in flight, then is admitted only if the budget is still not spent. No call's cost
+  is known before it ends, so this is what bounds the overshoot to **at most one call** (the
+  one that crossed the budget); runs without such a budget keep their calls concurrent;
+- a dollar budget needs prices: a call to a model without a known price (``price`` None), or
+  that reports no cost, is a ``ConfigError`` rather than a budget that silently never stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import TypeVar
 
@@ -71,14 +85,17 @@ class BudgetTracker:
         self._usage_known = False
         self._iters = 0
         self._parent: BudgetTracker | None = None
+        self._in_flight = 0  # model calls admitted and not yet finished
+        self._calls = threading.Lock()
 
     # -- spending ---------------------------------------------------------------------------
     def record(self, usage: Usage) -> None:
         """Add a model call's usage to this run and to every enclosing run."""
         tracker: BudgetTracker | None = self
         while tracker is not None:
-            tracker._usage = tracker._usage + usage
-            tracker._usage_known = True
+            with tracker._calls:
+                tracker._usage = tracker._usage + usage
+                tracker._usage_known = True
             tracker = tracker._parent
 
     def count_iteration(self) -> None:
@@ -126,6 +143,54 @@ class BudgetTracker:
         if reason is not None:
             raise BudgetExceeded(reason)
 
+    # -- admitting model calls ---------------------------------------------------------------
+    def _chain(self) -> list[BudgetTracker]:
+        trackers: list[BudgetTracker] = []
+        tracker: BudgetTracker | None = self
+        while tracker is not None:
+            trackers.append(tracker)
+            tracker = tracker._parent
+        return trackers
+
+    def _admits_another(self) -> bool:
+        """Whether a call may start beside those in flight: under a token or dollar budget,
+        only when none is (see the module docstring)."""
+        b = self.budget
+        return not self._in_flight or (b.max_tokens is None and b.max_dollars is None)
+
+    def try_admit(self) -> bool:
+        """Admit a model call of this run (and of every enclosing run): True when it may start
+        now, False when it must wait for calls in flight; raises ``BudgetExceeded`` when a
+        budget is spent. An admitted call ends with :meth:`release`."""
+        chain = self._chain()
+        for tracker in chain:
+            reason = tracker.exhausted()
+            if reason is not None:
+                raise BudgetExceeded(reason)
+        locks = [tracker._calls for tracker in chain]
+        for lock in locks:
+            lock.acquire()
+        try:
+            if not all(tracker._admits_another() for tracker in chain):
+                return False
+            for tracker in chain:
+                tracker._in_flight += 1
+            return True
+        finally:
+            for lock in reversed(locks):
+                lock.release()
+
+    def release(self) -> None:
+        """A call admitted by :meth:`try_admit` has finished (its usage already recorded)."""
+        for tracker in self._chain():
+            with tracker._calls:
+                tracker._in_flight -= 1
+
+    @property
+    def wants_prices(self) -> bool:
+        """Whether this run or one enclosing it has a dollar budget."""
+        return any(t.budget.max_dollars is not None for t in self._chain())
+
     def remaining_wall_s(self) -> float | None:
         if self.budget.max_wall_ms is None:
             return None
@@ -165,6 +230,58 @@ def record_usage(usage: Usage) -> None:
     tracker = _active.get()
     if tracker is not None:
         tracker.record(usage)
+    priced = _priced.get()
+    if priced is not None:
+        priced.append(usage.cost_usd is not None)
+
+
+# Set while an admitted model call runs: a call made from inside it (a generate_fn calling a
+# chat model) is checked but never waits (it would wait for itself), and the costs it reports
+# count for the outer call.
+_priced: ContextVar[list[bool] | None] = ContextVar("ragloop_call_priced", default=None)
+_ADMISSION_POLL_S = 0.005
+
+
+@asynccontextmanager
+async def model_call(model: object, who: str) -> AsyncIterator[None]:
+    """Admit one model call to the run in progress (see the module docstring); ``who`` names
+    it in errors. Raises ``BudgetExceeded`` when a budget is spent and ``ConfigError`` when a
+    dollar budget meets a model without a price."""
+    tracker = _active.get()
+    if tracker is None:
+        yield
+        return
+    if tracker.wants_prices and hasattr(model, "price") and model.price is None:
+        raise _unpriced(who, "has no known price")
+    if _priced.get() is not None:  # inside an admitted call
+        for enclosing in tracker._chain():
+            reason = enclosing.exhausted()
+            if reason is not None:
+                raise BudgetExceeded(reason)
+        yield
+        return
+    # polled, not an asyncio.Event: the calls of one run may run on different event loops
+    # (a sync generate_fn drives its own) and threads
+    while not tracker.try_admit():  # noqa: ASYNC110
+        await asyncio.sleep(_ADMISSION_POLL_S)
+    priced: list[bool] = []
+    token = _priced.set(priced)
+    try:
+        yield
+    finally:
+        _priced.reset(token)
+        tracker.release()
+    if tracker.wants_prices and not any(priced):
+        raise _unpriced(who, "reported no cost")
+
+
+def _unpriced(who: str, why: str) -> ConfigError:
+    return ConfigError(
+        "max_dollars",
+        f"{who} {why}, so a dollar budget cannot be kept: give the model a price "
+        "(price=ModelPrice(...), ModelPrice(0, 0) for a free local model), report cost_usd in "
+        "its usage, or use max_tokens",
+    )
 
 
 def remaining_wall_s() -> float | None:

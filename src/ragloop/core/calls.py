@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
-from ragloop.core.budget import record_usage
+from ragloop.core.budget import model_call, record_usage
 from ragloop.core.errors import ComponentError, ConfigError
 from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Message, ModelResponse, Tool
@@ -167,17 +167,26 @@ async def complete(
     model: ChatModel | ChatFn, messages: list[Message], tools: list[Tool] | None = None
 ) -> ModelResponse:
     """Call a chat model (sync or async, or a function of the messages and tools) and charge
-    its usage to the run in progress."""
+    its usage to the run in progress; the run's budget admits the call first
+    (:func:`~ragloop.core.budget.model_call`)."""
     if is_chat_model(model):
-        response = await call(method(model, "complete", "model"), messages, tools=tools)
         who = f"{type(model).__name__}.complete()"
+        function = method(model, "complete", "model")
+        async with model_call(model, _named(model, who)):
+            response = _check_response(await call(function, messages, tools=tools), who)
     elif callable(model):
-        response = await call(model, messages, tools)
         who = f"chat function {getattr(model, '__name__', type(model).__name__)!r}"
+        async with model_call(model, who):
+            response = _check_response(await call(model, messages, tools), who)
     else:
         raise TypeError(
             f"expected a chat model or a function of (messages, tools), got {type(model).__name__}"
         )
+    return response
+
+
+def _check_response(response: object, who: str) -> ModelResponse:
+    """Refuse what is not a ModelResponse; charge the usage of one."""
     if not isinstance(response, ModelResponse):
         raise ComponentError(
             f"{who} returned {type(response).__name__}; expected ragloop.ModelResponse"
@@ -185,6 +194,11 @@ async def complete(
     if response.usage is not None:
         record_usage(response.usage)
     return response
+
+
+def _named(model: object, who: str) -> str:
+    name = getattr(model, "model_name", None)
+    return f"model {name!r}" if isinstance(name, str) else who
 
 
 async def ask(llm: GenerateFn | ChatModel, prompt: str) -> ModelResponse:
@@ -195,11 +209,12 @@ async def ask(llm: GenerateFn | ChatModel, prompt: str) -> ModelResponse:
         raise TypeError(
             f"expected a chat model or a function of the prompt, got {type(llm).__name__}"
         )
-    reply = await call(llm, prompt)
-    if isinstance(reply, ModelResponse):
-        if reply.usage is not None:
-            record_usage(reply.usage)
-        return reply
+    async with model_call(llm, "generate_fn"):
+        reply: object = await call(llm, prompt)
+        if isinstance(reply, ModelResponse):
+            if reply.usage is not None:
+                record_usage(reply.usage)
+            return reply
     if not isinstance(reply, str):
         raise ComponentError(f"generate_fn returned {type(reply).__name__}; expected str")
     return ModelResponse(text=reply)

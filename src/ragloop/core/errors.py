@@ -45,10 +45,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from ragloop.core.records import StopReason
+from ragloop.core.redaction import redact
 
 
 class RagloopError(Exception):
-    """Base class of every error ragloop raises on purpose."""
+    """Base class of every error ragloop raises on purpose. Its message is redacted
+    (:func:`ragloop.core.redaction.redact`): no credential in a URL or a reply reaches it."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(RagloopError, ValueError, TypeError):
@@ -124,7 +129,15 @@ class TraceCorrupted(RagloopError, ValueError):
 
 
 class ModelError(RagloopError):
-    """A chat model failed to produce a reply."""
+    """A chat model failed to produce a reply.
+
+    ``content`` is the part of the message that the server wrote (an excerpt of its reply):
+    telemetry treats it as content, withheld unless content capture is on.
+    """
+
+    def __init__(self, message: str, *, content: str = "") -> None:
+        self.content = redact(content)
+        super().__init__(message)
 
 
 class ModelHTTPError(ModelError):
@@ -145,12 +158,14 @@ class ModelHTTPError(ModelError):
         hint: str = "",
     ) -> None:
         self.status = status
-        self.body = body
-        self.url = url
+        self.body = redact(body)
+        self.url = redact(url)
         self.retry_after_s = retry_after_s
-        where = f" from {url}" if url else ""
+        where = f" from {self.url}" if url else ""
         extra = f" ({hint})" if hint else ""
-        super().__init__(f"HTTP {status}{where}{extra}: {body or '(empty body)'}")
+        super().__init__(
+            f"HTTP {status}{where}{extra}: {self.body or '(empty body)'}", content=self.body
+        )
 
 
 class ContextOverflowError(ModelHTTPError):
@@ -189,3 +204,26 @@ class ModelTimeout(ModelError, TimeoutError):
 
 class ScriptExhausted(ModelError):
     """A :class:`~ragloop.testing.ScriptedModel` ran out of scripted replies."""
+
+
+WITHHELD = "[server reply withheld: content capture is off]"
+
+
+def server_text(error: BaseException) -> list[str]:
+    """What servers wrote in ``error`` and the errors it was raised from (their ``content``)."""
+    found: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ModelError) and current.content:
+            found.append(current.content)
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def withhold(text: str, contents: list[str]) -> str:
+    """``text`` with each of ``contents`` (servers' text, see :func:`server_text`) replaced."""
+    for content in sorted(contents, key=len, reverse=True):
+        text = text.replace(content, WITHHELD)
+    return text

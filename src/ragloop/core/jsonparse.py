@@ -198,7 +198,7 @@ def _load(candidate: str) -> object:
     attempts: list[Callable[[], object]] = [
         lambda: json.loads(candidate),
         lambda: json.loads(_TRAILING_COMMA.sub(r"\1", candidate)),
-        lambda: ast.literal_eval(_as_python_literal(candidate)),
+        lambda: _json_values(ast.literal_eval(_as_python_literal(candidate))),
     ]
     for attempt in attempts:
         try:
@@ -206,6 +206,27 @@ def _load(candidate: str) -> object:
         except (ValueError, SyntaxError, TypeError, RecursionError, MemoryError):
             continue
     return None
+
+
+def _json_values(value: object) -> object:
+    """A Python literal as the JSON it stands for: keys as strings, tuples and sets as lists,
+    anything else that JSON cannot hold (bytes, complex numbers) as its text, so what a
+    model wrote as ``{1: 2}`` can travel on the wire again (``{"1": 2}``)."""
+    if isinstance(value, dict):
+        return {_json_key(k): _json_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_json_values(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _json_key(key: object) -> str:
+    if isinstance(key, str):
+        return key
+    return json.dumps(key) if isinstance(key, int | float | bool) or key is None else str(key)
 
 
 def _first_object(value: object) -> dict[str, Any] | None:

@@ -374,6 +374,7 @@ class _AgentRun:
             except BudgetExceeded as stop:
                 return stop.reason
             except Exception as error:
+                self.telemetry.failed(error)
                 self.error = f"controller failed in turn {turn}: {type(error).__name__}: {error}"
                 self._turn_event(turn, None)
                 return StopReason.ERROR
@@ -574,7 +575,9 @@ class _AgentRun:
                 self._complete(answerer, [*self.messages, prompt], None, "answerer")
             )
         except Exception as error:
-            logger.warning("answerer failed; the controller's draft stands: %s", error)
+            logger.warning(
+                "answerer failed; the controller's draft stands: %s", otel.public_error(error)
+            )
             return
         if response.text.strip():
             self.answer = response.text
@@ -609,6 +612,7 @@ class _AgentRun:
             if not isinstance(text, str):
                 raise ComponentError(f"synthesizer returned {type(text).__name__}; expected str")
         except Exception as error:
+            self.telemetry.failed(error)
             self._note(f"fallback synthesis failed: {type(error).__name__}: {error}")
             return
         if not text.strip():

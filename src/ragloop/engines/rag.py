@@ -287,6 +287,7 @@ class _Run:
                     error.add_note(f"ragloop: raised by the {role} in iteration {number}")
                     raise
                 message = f"{role} failed in iteration {number}: {type(error).__name__}: {error}"
+                self.telemetry.failed(error)
                 return self._finish(StopReason.ERROR, error=message)
         return self._finish(StopReason.MAX_ITERATIONS)
 

@@ -101,6 +101,7 @@ class Run:
                     message = (
                         f"{self.step} failed in iteration {index}: {type(error).__name__}: {error}"
                     )
+                    self.telemetry.failed(error)
                     return self._finish(StopReason.ERROR, error=message)
                 error.add_note(f"ragloop: raised by the {self.step} in iteration {index}")
                 raise
@@ -122,6 +123,7 @@ class Run:
                 if self.config.on_error == "raise":
                     raise
                 message = f"refiner failed after iteration {index}: {type(error).__name__}: {error}"
+                self.telemetry.failed(error)
                 return self._finish(StopReason.ERROR, error=message)
             self._reformulation_event(index, refined)
             if refined is None:  # the caller's refine_query, else the loop's refiner, said stop

@@ -34,6 +34,7 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ragloop.core.records import Chunk
+from ragloop.core.redaction import redact, redact_all
 from ragloop.observability import otel
 
 logger = logging.getLogger("ragloop")
@@ -206,13 +207,13 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": redact(record.getMessage()),
         }
         event = getattr(record, "ragloop_event", None)
         if isinstance(event, dict):
-            data.update(event)
+            data.update(redact_all(event))
         if record.exc_info:
-            data["exception"] = self.formatException(record.exc_info)
+            data["exception"] = redact(self.formatException(record.exc_info))
         return json.dumps(data, default=str, ensure_ascii=False)
 
 

@@ -24,10 +24,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, cast
 
 from ragloop.core import calls
+from ragloop.core.budget import model_call
 from ragloop.core.calls import ChatFn, GenerateFn
 from ragloop.core.limits import LLMCall, PromptFit, default_max_tokens, record_call, reply_bound
 from ragloop.core.protocols import ChatModel
-from ragloop.core.records import Message, ModelResponse, Tool
+from ragloop.core.records import Message, ModelResponse, Tool, Usage
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind
 from ragloop.observability.run import current_run
@@ -146,17 +147,28 @@ def _streams(model: object, role: str) -> bool:
 
 async def _streamed(model: Any, messages: list[Message], role: str) -> ModelResponse:
     """The reply of ``model.astream``, its answer text sent on as ``answer_delta`` events (the
-    provider charges the stream's usage to the run itself)."""
+    provider charges the stream's usage to the run itself). The reply carries the usage and
+    finish reason the stream holds once it ended (an HTTP provider's ``TextStream``), so the
+    call's record has them and a reply cut by its bound is read as such."""
     run = current_run()
     answer = JsonStringField("answer") if role == "generator" else None
     pieces: list[str] = []
-    stream = cast(AsyncIterator[str], model.astream(messages))
-    async for piece in stream:
-        pieces.append(piece)
-        delta = answer.feed(piece) if answer is not None else piece
-        if delta and run is not None:
-            run.event(EventKind.ANSWER_DELTA, attributes={"role": role}, content={"delta": delta})
-    return ModelResponse(text="".join(pieces))
+    name, _ = model_identity(model)
+    async with model_call(model, f"model {name!r}"):  # admitted by the run's budget, as any call
+        stream = cast(AsyncIterator[str], model.astream(messages))
+        async for piece in stream:
+            pieces.append(piece)
+            delta = answer.feed(piece) if answer is not None else piece
+            if delta and run is not None:
+                run.event(
+                    EventKind.ANSWER_DELTA, attributes={"role": role}, content={"delta": delta}
+                )
+    usage, finish = getattr(stream, "usage", None), getattr(stream, "finish_reason", None)
+    return ModelResponse(
+        text="".join(pieces),
+        usage=usage if isinstance(usage, Usage) else None,
+        finish_reason=finish if isinstance(finish, str) else None,
+    )
 
 
 class JsonStringField:

@@ -29,7 +29,9 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ragloop.core.budget import BudgetSpend
+from ragloop.core.errors import server_text, withhold
 from ragloop.core.records import Chunk, Message, ModelResponse, Tool
+from ragloop.core.redaction import redact, redact_all
 from ragloop.observability.settings import trace_content_enabled
 
 try:  # the optional dependency: ragloop[otel]
@@ -111,13 +113,20 @@ def _value(value: object) -> AttributeValue | None:
 
 
 def clean(attributes: Mapping[str, object]) -> dict[str, AttributeValue]:
-    """Attributes with None dropped and every value in a form OTel accepts."""
+    """Attributes with None dropped, every value in a form OTel accepts, secrets redacted."""
     out: dict[str, AttributeValue] = {}
     for key, raw in attributes.items():
         value = _value(raw)
         if value is not None:
-            out[key] = value
+            out[key] = redact_all(value)
     return out
+
+
+def public_error(error: BaseException) -> str:
+    """What a span records about an exception: its message redacted, and what servers wrote
+    in it withheld unless content capture is on."""
+    text = redact(f"{type(error).__name__}: {error}")
+    return text if trace_content_enabled() else withhold(text, server_text(error))
 
 
 class Span:
@@ -137,7 +146,7 @@ class Span:
     def fail(self, description: str) -> None:
         """Mark the span as failed (for errors the engine handles instead of raising)."""
         if self._span is not None and _trace is not None:
-            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, description))
+            self._span.set_status(_trace.Status(_trace.StatusCode.ERROR, redact(description)))
 
 
 @contextmanager
@@ -147,8 +156,23 @@ def _span(name: str, attributes: Mapping[str, object], *, client: bool = False) 
         return
     kind = _trace.SpanKind.CLIENT if client else _trace.SpanKind.INTERNAL
     tracer = _trace.get_tracer(TRACER_NAME)
-    with tracer.start_as_current_span(name, kind=kind, attributes=clean(attributes)) as span:
-        yield Span(span)
+    # exceptions are recorded here, not by OTel: their messages may hold a server's reply
+    with tracer.start_as_current_span(
+        name,
+        kind=kind,
+        attributes=clean(attributes),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield Span(span)
+        except BaseException as error:
+            text = public_error(error)
+            span.add_event(
+                "exception", {"exception.type": type(error).__name__, "exception.message": text}
+            )
+            span.set_status(_trace.Status(_trace.StatusCode.ERROR, text))
+            raise
 
 
 def add_event(name: str, attributes: Mapping[str, object]) -> None:

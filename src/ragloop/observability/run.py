@@ -10,7 +10,9 @@ from typing import Any
 from uuid import uuid4
 
 from ragloop.core.budget import BudgetSpend
+from ragloop.core.errors import server_text, withhold
 from ragloop.core.records import StopReason, Tool
+from ragloop.core.redaction import redact_all
 from ragloop.observability import otel
 from ragloop.observability.events import NESTED_IN, EventKind, LoopEvent, emit
 from ragloop.observability.settings import trace_content_enabled
@@ -48,6 +50,7 @@ class RunTelemetry:
         self.span = otel.Span(None)
         self.finished = False
         self._iterations = 0
+        self._server_text: list[str] = []
 
     @contextmanager
     def active(
@@ -72,6 +75,7 @@ class RunTelemetry:
             except BaseException as error:
                 # A run that raises (on_error="raise", a cancelled task) still ends its trace:
                 # without run_finished a recorder would keep its events forever and store none.
+                self.failed(error)
                 if not self.finished:
                     cancelled = isinstance(error, asyncio.CancelledError)
                     self.finish(
@@ -85,6 +89,22 @@ class RunTelemetry:
             finally:
                 _current.reset(token)
 
+    def failed(self, error: BaseException) -> None:
+        """Note an error the run turns into a message: what servers wrote in it (a reply's
+        body, see :func:`~ragloop.core.errors.server_text`) is content, withheld from the
+        run's telemetry unless content capture is on."""
+        self._server_text.extend(server_text(error))
+
+    def _public(self, attributes: dict[str, Any]) -> dict[str, Any]:
+        """Attributes fit for telemetry: secrets redacted, servers' text withheld."""
+        attributes = redact_all(attributes)
+        if self._server_text and not trace_content_enabled():
+            attributes = {
+                k: withhold(v, self._server_text) if isinstance(v, str) else v
+                for k, v in attributes.items()
+            }
+        return attributes
+
     def event(
         self,
         kind: EventKind,
@@ -94,7 +114,8 @@ class RunTelemetry:
         content: Mapping[str, Any] | None = None,
     ) -> LoopEvent:
         """Emit an event; ``content`` joins its attributes only when content capture is on (and
-        always on the run's stream, which goes to whoever asked)."""
+        always on the run's stream, which goes to whoever asked). Secrets are redacted
+        (:mod:`ragloop.core.redaction`), and servers' text withheld without capture."""
         if kind is EventKind.ITERATION:
             self._iterations += 1
         event = LoopEvent(
@@ -102,11 +123,11 @@ class RunTelemetry:
             kind=kind,
             run_id=self.run_id,
             iteration=iteration,
-            attributes={**(attributes or {}), **(content or {})},
+            attributes=redact_all({**(attributes or {}), **(content or {})}),
         )
         stream_event(event)
-        if content and not trace_content_enabled():
-            event = event.model_copy(update={"attributes": dict(attributes or {})})
+        if not trace_content_enabled() and (content or self._server_text):
+            event = event.model_copy(update={"attributes": self._public(dict(attributes or {}))})
         emit(event)
         return event
 
@@ -124,6 +145,8 @@ class RunTelemetry:
         """Record the run's outcome on its span and emit ``run_finished``; ``attributes`` are
         the engine's own (citations, confidence, usage)."""
         self.finished = True
+        if error is not None:
+            error = self._public({"error": error})["error"]
         self.span.set(
             otel.run_outcome(
                 stop_reason=stop_reason.value,

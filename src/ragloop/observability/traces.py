@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
+from ragloop.core.redaction import redact_all
 from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
 from ragloop.observability.settings import trace_content_enabled
 
@@ -146,13 +147,21 @@ class TraceStore:
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
-        with conn:
+        # one transaction holding the write lock from the start: processes sharing the file
+        # (several servers) migrate it once, one after the other
+        conn.execute("BEGIN IMMEDIATE")
+        try:
             conn.execute("CREATE TABLE IF NOT EXISTS _migrations (version INTEGER PRIMARY KEY)")
             done = {row[0] for row in conn.execute("SELECT version FROM _migrations")}
             for version, script in _SCHEMA:
                 if version not in done:
-                    conn.executescript(f"BEGIN; {script} COMMIT;")
+                    for statement in filter(str.strip, script.split(";")):
+                        conn.execute(statement)
                     conn.execute("INSERT INTO _migrations (version) VALUES (?)", (version,))
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
 
     def save(self, record: TraceRecord) -> None:
         events = json.dumps([e.model_dump(mode="json") for e in record.events], ensure_ascii=False)
@@ -261,7 +270,7 @@ class TraceRecorder:
         self, store: TraceStore | None = None, *, meta: Mapping[str, Any] | None = None
     ) -> None:
         self.store = store
-        self.meta = dict(meta or {})
+        self.meta = redact_all(dict(meta or {}))  # a model given as a URL may carry a key
         self.records: dict[str, TraceRecord] = {}
         self._events: dict[str, list[LoopEvent]] = {}
         self._meta: dict[str, Mapping[str, Any]] = {}  # root run id -> its trace_meta

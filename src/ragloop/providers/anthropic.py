@@ -14,7 +14,13 @@ from ragloop.core.errors import ConfigError, ModelError
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall, Usage
 from ragloop.providers.base import MODEL_MAX_TOKENS, HTTPChatModel
 from ragloop.providers.endpoints import ANTHROPIC_ENV, resolve_endpoint
-from ragloop.providers.http import DEFAULT_TIMEOUT, Connection, RetryPolicy, excerpt
+from ragloop.providers.http import (
+    DEFAULT_STREAM_TIMEOUT_S,
+    DEFAULT_TIMEOUT,
+    Connection,
+    RetryPolicy,
+    excerpt,
+)
 from ragloop.providers.pricing import ModelPrice
 from ragloop.providers.tools import parse_arguments
 
@@ -123,6 +129,8 @@ class AnthropicModel(HTTPChatModel):
     the API (default 4096; a call may ask for less, as the LLM components do). Usage counts
     prompt-cache reads and writes as input tokens, priced at the cache rates.
     ``context_window`` defaults to Claude's 200,000 tokens.
+    ``timeout`` bounds each network read and the whole reply; ``stream_timeout`` the whole of
+    a ``stream()`` (600 s; None: no limit).
     """
 
     _path = "/v1/messages"
@@ -142,6 +150,7 @@ class AnthropicModel(HTTPChatModel):
         context_window: int | None = CLAUDE_CONTEXT_WINDOW,
         price: ModelPrice | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT_S,
     ) -> None:
         if not (isinstance(max_tokens, int) and max_tokens >= 1):
             raise ConfigError("max_tokens", f"must be an integer >= 1, got {max_tokens!r}")
@@ -150,7 +159,12 @@ class AnthropicModel(HTTPChatModel):
         if endpoint.api_key:
             headers["x-api-key"] = endpoint.api_key
         connection = Connection(
-            endpoint, headers, timeout=timeout, retry=retry, http_client=http_client
+            endpoint,
+            headers,
+            timeout=timeout,
+            retry=retry,
+            http_client=http_client,
+            stream_timeout_s=stream_timeout,
         )
         super().__init__(
             model,
@@ -225,7 +239,10 @@ class AnthropicModel(HTTPChatModel):
         data = _Event.model_validate_json(event.data)
         if data.type == "error":
             shown = json.dumps(data.error, ensure_ascii=False)
-            raise ModelError(f"{self.base_url}{self._path} stream failed: {excerpt(shown)}")
+            raise ModelError(
+                f"{self.base_url}{self._path} stream failed: {excerpt(shown)}",
+                content=excerpt(shown),
+            )
         if data.type == "message_start" and data.message and data.message.usage:
             counts.update(data.message.usage)
         elif data.type == "message_delta":

@@ -31,6 +31,7 @@ from ragloop.core.budget import record_usage
 from ragloop.core.errors import ConfigError, ModelError, ModelHTTPError
 from ragloop.core.limits import check_max_tokens, effective_max_tokens, requested_max_tokens
 from ragloop.core.records import Message, ModelResponse, Tool, Usage
+from ragloop.core.redaction import redact
 from ragloop.providers.http import Connection, excerpt
 from ragloop.providers.overflow import context_overflow
 from ragloop.providers.pricing import ModelPrice, lookup_price
@@ -118,7 +119,7 @@ class HTTPChatModel:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}({self.model_name!r}, provider={self.provider!r}, "
-            f"base_url={self.base_url!r})"
+            f"base_url={redact(self.base_url)!r})"
         )
 
     # -- what a provider implements -------------------------------------------------------------
@@ -212,13 +213,17 @@ class HTTPChatModel:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         return ModelError(
             f"{self.base_url}{self._path} returned a {what} that is not {self._wire_format} "
-            f"({first}): {excerpt(shown)}"
+            f"({first}): {excerpt(shown)}",
+            content=excerpt(shown),
         )
 
     def _end_stream(self, counts: dict[str, Any], stream: TextStream | AsyncTextStream) -> None:
         stream.finish_reason = counts.pop("finish_reason", None)
         if counts:
-            stream.usage = self._usage(counts)
+            try:
+                stream.usage = self._usage(counts)
+            except ValueError as error:  # counts that are negative or not numbers
+                raise self._malformed("stream usage", counts, error) from None
             record_usage(stream.usage)
 
     # -- ChatModel --------------------------------------------------------------------------------

@@ -16,6 +16,20 @@ A read timeout is not retried: the timeout is the longest the caller wants to wa
 would double it. The sync methods keep one pooled ``httpx.Client`` per model. The async ones use
 the ``httpx.AsyncClient`` given to the model, or else one per call: an async client cannot
 outlive the event loop it first ran on, and ``run()`` gives every run a fresh loop.
+
+Bounds on what a server can make a call cost:
+
+- **time**: httpx's timeouts apply to each network read, so a server that trickles its body
+  would never time out; here a whole reply must arrive within the read timeout (``timeout=5``:
+  five seconds for the reply, checked as each piece arrives, so at most one more read timeout
+  when the server then stalls), and a whole stream within ``stream_timeout_s`` (600 s);
+- **size**: a reply over ``max_reply_bytes`` (32 MiB, decoded) is refused with
+  :class:`~ragloop.ModelError`, and of an error reply only the first 64 KiB are read;
+- **spend**: a connection that drops while the reply is being read is not retried (the server
+  has answered, so it has probably billed the call), unless
+  ``RetryPolicy(retry_dropped_replies=True)``. A connection that fails before any answer is
+  retried; in the rare case where the server had processed the request anyway, that call is
+  billed twice.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import asyncio
 import email.utils
 import functools
 import ipaddress
+import json
 import logging
 import ssl
 import threading
@@ -56,13 +71,20 @@ from ragloop.core.errors import (
     ModelError,
     ModelHTTPError,
     ModelTimeout,
+    server_text,
+    withhold,
 )
 from ragloop.core.records import StopReason
+from ragloop.core.redaction import redact, register_secret
+from ragloop.observability.settings import trace_content_enabled
 from ragloop.providers.endpoints import Endpoint
 
 logger = logging.getLogger("ragloop.providers")
 
 DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+DEFAULT_STREAM_TIMEOUT_S = 600.0
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024
+ERROR_BODY_BYTES = 64 * 1024
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 BODY_EXCERPT_CHARS = 500
 
@@ -87,13 +109,16 @@ class RetryPolicy:
     """How a provider retries: at most ``max_attempts`` attempts (1 disables retries), and no
     retry whose wait would end more than ``max_total_s`` after the first attempt started.
     Backoff waits ``initial_backoff_s * 2**n`` (capped at ``max_backoff_s``) plus up to
-    ``jitter_s`` at random; a server's ``Retry-After`` replaces the backoff."""
+    ``jitter_s`` at random; a server's ``Retry-After`` replaces the backoff.
+    ``retry_dropped_replies`` retries a call whose connection dropped while the reply was
+    being read, which may bill it twice (off by default)."""
 
     max_attempts: int = 4
     max_total_s: float = 60.0
     initial_backoff_s: float = 0.5
     max_backoff_s: float = 8.0
     jitter_s: float = 0.5
+    retry_dropped_replies: bool = False
 
     def __post_init__(self) -> None:
         if not (isinstance(self.max_attempts, int) and self.max_attempts >= 1):
@@ -181,16 +206,102 @@ def _transport_error(request: httpx.Request, error: httpx.TransportError) -> Mod
     return ModelError(f"could not reach {request.url}: {type(error).__name__}: {error}")
 
 
+def _with_body(response: httpx.Response, body: bytes) -> httpx.Response:
+    """A copy of ``response`` holding ``body`` (already decoded: no content-encoding)."""
+    dropped = {"content-encoding", "content-length", "transfer-encoding"}
+    headers = [(k, v) for k, v in response.headers.items() if k.lower() not in dropped]
+    return httpx.Response(
+        response.status_code, headers=headers, content=body, request=response.request
+    )
+
+
 def _malformed(url: httpx.URL, what: str, body: str) -> ModelError:
-    return ModelError(f"{url} returned {what}: {excerpt(body) or '(empty body)'}")
+    shown = excerpt(body)
+    return ModelError(f"{url} returned {what}: {shown or '(empty body)'}", content=shown)
 
 
 def json_body(response: httpx.Response) -> Any:
     """The JSON body of a successful response (the protocol envelope, not model text)."""
     try:
-        return response.json()
+        return json.loads(response.content)
     except ValueError:
         raise _malformed(response.request.url, "a body that is not JSON", response.text) from None
+
+
+class _Limits:
+    """Ends the call when a reply is too slow (past ``deadline``) or too large."""
+
+    def __init__(self, request: httpx.Request, deadline: float | None, limit: int) -> None:
+        self.request = request
+        self.deadline = deadline
+        self.limit = limit
+        self.size = 0
+
+    def check(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > self.limit:
+            raise ModelError(
+                f"{self.request.url} sent a reply over {self.limit:,} bytes; refused "
+                "(the connection's max_reply_bytes)"
+            )
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ModelTimeout(
+                f"{self.request.method} {self.request.url} timed out (the whole reply did not "
+                "arrive in time)"
+            )
+
+
+class _BoundedStream(httpx.SyncByteStream):
+    def __init__(self, stream: httpx.SyncByteStream, limits: _Limits) -> None:
+        self.stream = stream
+        self.limits = limits
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self.stream:
+            self.limits.check(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+class _AsyncBoundedStream(httpx.AsyncByteStream):
+    def __init__(self, stream: httpx.AsyncByteStream, limits: _Limits) -> None:
+        self.stream = stream
+        self.limits = limits
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self.stream:
+            self.limits.check(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def _bound(response: httpx.Response, deadline: float | None, limit: int) -> None:
+    """Make reading ``response`` raise past ``deadline`` or ``limit`` bytes (as received)."""
+    limits = _Limits(response.request, deadline, limit)
+    if isinstance(response.stream, httpx.SyncByteStream):
+        response.stream = _BoundedStream(response.stream, limits)
+    elif isinstance(response.stream, httpx.AsyncByteStream):
+        response.stream = _AsyncBoundedStream(response.stream, limits)
+
+
+def _decoded_limit(response: httpx.Response, limit: int) -> None:
+    if len(response.content) > limit:  # a compressed reply may grow past the cap when decoded
+        raise ModelError(
+            f"{response.request.url} sent a reply over {limit:,} bytes; refused "
+            "(the connection's max_reply_bytes)"
+        )
+
+
+def _dropped(request: httpx.Request, error: httpx.TransportError) -> ModelError:
+    return ModelError(
+        f"the connection to {request.url} dropped while its reply was being read "
+        f"({type(error).__name__}: {error}); not retried, since the server may have billed the "
+        "call: RetryPolicy(retry_dropped_replies=True) retries it"
+    )
 
 
 # -- retries ----------------------------------------------------------------------------------
@@ -235,11 +346,14 @@ class _WithinWallBudget(stop_base):
 
 def _log_retry(state: RetryCallState) -> None:
     error = state.outcome.exception() if state.outcome else None
+    shown = redact(str(error))
+    if error is not None and not trace_content_enabled():  # a reply's text is content
+        shown = withhold(shown, server_text(error))
     logger.info(
         "retrying a model request in %.2f s after attempt %d failed: %s",
         state.upcoming_sleep,
         state.attempt_number,
-        error,
+        shown,
     )
 
 
@@ -277,7 +391,13 @@ class Connection:
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         http_client: httpx.Client | httpx.AsyncClient | None = None,
+        stream_timeout_s: float | None = DEFAULT_STREAM_TIMEOUT_S,
+        max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
+        if stream_timeout_s is not None and not stream_timeout_s > 0:
+            raise ConfigError("stream_timeout", f"must be > 0 or None, got {stream_timeout_s!r}")
+        if not (isinstance(max_reply_bytes, int) and max_reply_bytes > 0):
+            raise ConfigError("max_reply_bytes", f"must be an integer > 0, got {max_reply_bytes!r}")
         if http_client is not None and not isinstance(
             http_client, httpx.Client | httpx.AsyncClient
         ):
@@ -286,8 +406,11 @@ class Connection:
                 f"must be an httpx.Client or httpx.AsyncClient, got {type(http_client).__name__}",
             )
         self.base_url = endpoint.base_url
+        register_secret(endpoint.api_key)  # masked wherever a server echoes it
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self.retry = retry or RetryPolicy()
+        self.stream_timeout_s = stream_timeout_s
+        self.max_reply_bytes = max_reply_bytes
         self._headers = headers
         # The public APIs refuse keyless requests; say why no key was sent without asking them.
         self._missing_key = (
@@ -335,6 +458,38 @@ class Connection:
         check_allowed(request.url)
         return request
 
+    def _deadline(self, *, stream: bool) -> float | None:
+        """When the attempt starting now must have its whole reply (or stream)."""
+        total = self.stream_timeout_s if stream else self.timeout.read
+        return None if total is None else time.monotonic() + total
+
+    def _error_body(self, response: httpx.Response) -> httpx.Response:
+        """The error response with the first ERROR_BODY_BYTES of its body (no more is read)."""
+        body = b""
+        try:
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) >= ERROR_BODY_BYTES:
+                    break
+        except (httpx.TransportError, ModelError):
+            pass  # the status says what failed; a body cut short is still an excerpt
+        finally:
+            response.close()
+        return _with_body(response, body[:ERROR_BODY_BYTES])
+
+    async def _aerror_body(self, response: httpx.Response) -> httpx.Response:
+        body = b""
+        try:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) >= ERROR_BODY_BYTES:
+                    break
+        except (httpx.TransportError, ModelError):
+            pass
+        finally:
+            await response.aclose()
+        return _with_body(response, body[:ERROR_BODY_BYTES])
+
     def _send(self, path: str, payload: Any, *, stream: bool) -> httpx.Response:
         client = self._client()
         request = self._request(client, path, payload)
@@ -342,14 +497,21 @@ class Connection:
         try:
             for attempt in Retrying(sleep=_sleep, **_retry_options(self.retry)):
                 with attempt:
+                    deadline = self._deadline(stream=stream)
                     response = client.send(request, stream=True)
-                    if not response.is_success or not stream:
+                    _bound(response, deadline, self.max_reply_bytes)
+                    if not response.is_success:
+                        raise http_error(request, self._error_body(response))
+                    if not stream:
                         try:
                             response.read()
+                        except httpx.TransportError as error:
+                            if self.retry.retry_dropped_replies:
+                                raise
+                            raise _dropped(request, error) from error
                         finally:
                             response.close()
-                    if not response.is_success:
-                        raise http_error(request, response)
+                        _decoded_limit(response, self.max_reply_bytes)
         except httpx.TransportError as error:
             raise _transport_error(request, error) from error
         assert response is not None  # tenacity returns only after a successful attempt
@@ -363,14 +525,21 @@ class Connection:
         try:
             async for attempt in AsyncRetrying(sleep=_asleep, **_retry_options(self.retry)):
                 with attempt:
+                    deadline = self._deadline(stream=stream)
                     response = await client.send(request, stream=True)
-                    if not response.is_success or not stream:
+                    _bound(response, deadline, self.max_reply_bytes)
+                    if not response.is_success:
+                        raise http_error(request, await self._aerror_body(response))
+                    if not stream:
                         try:
                             await response.aread()
+                        except httpx.TransportError as error:
+                            if self.retry.retry_dropped_replies:
+                                raise
+                            raise _dropped(request, error) from error
                         finally:
                             await response.aclose()
-                    if not response.is_success:
-                        raise http_error(request, response)
+                        _decoded_limit(response, self.max_reply_bytes)
         except httpx.TransportError as error:
             raise _transport_error(request, error) from error
         assert response is not None

@@ -16,7 +16,13 @@ from ragloop.core.errors import ModelError, ModelHTTPError
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall, Usage
 from ragloop.providers.base import MODEL_MAX_TOKENS, HTTPChatModel
 from ragloop.providers.endpoints import OPENAI_ENV, resolve_endpoint
-from ragloop.providers.http import DEFAULT_TIMEOUT, Connection, RetryPolicy, excerpt
+from ragloop.providers.http import (
+    DEFAULT_STREAM_TIMEOUT_S,
+    DEFAULT_TIMEOUT,
+    Connection,
+    RetryPolicy,
+    excerpt,
+)
 from ragloop.providers.pricing import ModelPrice
 from ragloop.providers.tools import parse_arguments, parse_text_tool_calls, to_text_protocol
 
@@ -30,13 +36,19 @@ def openai_connection(
     timeout: float | httpx.Timeout,
     retry: RetryPolicy | None,
     http_client: httpx.Client | httpx.AsyncClient | None,
+    stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT_S,
 ) -> tuple[str, Connection]:
     """The provider label and the connection of an OpenAI-style API (see ``endpoints``)."""
     endpoint = resolve_endpoint(OPENAI_ENV, base_url=base_url, api_key=api_key)
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
     provider = "openai" if endpoint.is_public_api else "openai-compatible"
     connection = Connection(
-        endpoint, headers, timeout=timeout, retry=retry, http_client=http_client
+        endpoint,
+        headers,
+        timeout=timeout,
+        retry=retry,
+        http_client=http_client,
+        stream_timeout_s=stream_timeout,
     )
     return provider, connection
 
@@ -137,6 +149,8 @@ class OpenAICompatibleModel(HTTPChatModel):
     switches this model to the JSON-in-text protocol of ``ragloop.providers.tools``; ``True``
     always sends native tools, ``False`` always uses the text protocol. ``price`` overrides the
     price table (``ModelPrice(0, 0)`` makes a local model free, so dollar budgets apply).
+    ``timeout`` bounds each network read and the whole reply; ``stream_timeout`` the whole of
+    a ``stream()`` (600 s; None: no limit).
     """
 
     _path = "/chat/completions"
@@ -158,9 +172,15 @@ class OpenAICompatibleModel(HTTPChatModel):
         supports_tools: bool | None = None,
         price: ModelPrice | None = None,
         extra_body: Mapping[str, Any] | None = None,
+        stream_timeout: float | None = DEFAULT_STREAM_TIMEOUT_S,
     ) -> None:
         provider, connection = openai_connection(
-            base_url, api_key, timeout=timeout, retry=retry, http_client=http_client
+            base_url,
+            api_key,
+            timeout=timeout,
+            retry=retry,
+            http_client=http_client,
+            stream_timeout=stream_timeout,
         )
         super().__init__(
             model,
@@ -260,7 +280,10 @@ class OpenAICompatibleModel(HTTPChatModel):
         chunk = _Chunk.model_validate_json(event.data)
         if chunk.error is not None:
             shown = json.dumps(chunk.error, ensure_ascii=False)
-            raise ModelError(f"{self.base_url}{self._path} stream failed: {excerpt(shown)}")
+            raise ModelError(
+                f"{self.base_url}{self._path} stream failed: {excerpt(shown)}",
+                content=excerpt(shown),
+            )
         if chunk.usage:
             counts.update(chunk.usage)
         for choice in chunk.choices or []:

@@ -58,6 +58,9 @@ def pack(frequencies: dict[int, int]) -> bytes:
 
 
 def unpack(blob: bytes) -> Postings:
+    """What :func:`pack` wrote; raises ``ValueError`` on bytes it cannot have written."""
+    if len(blob) % 8:
+        raise ValueError(f"a term-frequency blob of {len(blob)} bytes (not pairs of uint32)")
     both = np.frombuffer(blob, dtype=np.uint32)
     half = len(both) // 2
     return both[:half], both[half:]
@@ -87,6 +90,8 @@ class BM25Index:
                        np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32),
                        np.zeros(vocabulary, dtype=np.float64))  # fmt: skip
         terms = np.concatenate([ids for ids, _ in chunks]).astype(np.int64)
+        if int(terms.max()) >= vocabulary:  # a damaged index must not allocate by its ids
+            raise ValueError(f"term id {int(terms.max())} is beyond the vocabulary ({vocabulary})")
         tfs = np.concatenate([counts for _, counts in chunks]).astype(np.float32)
         docs = np.repeat(np.arange(n_docs, dtype=np.int32), sizes)
         lengths = np.bincount(docs, weights=tfs, minlength=n_docs).astype(np.float32)

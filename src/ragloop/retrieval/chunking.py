@@ -7,6 +7,13 @@ pieces overlap by ``overlap`` tokens so a fact on a boundary stays whole in one 
 and tables are cut between lines instead, never inside one that fits, and every piece of a
 table starts with its header row.
 Every chunk keeps its heading path, its position in the document and its page or record number.
+
+Sizes are measured by :func:`chunk_size`, which counts every character of a script written
+without spaces (Chinese, Japanese, Thai, ...) as a token and never less than a token per
+``CHARS_PER_TOKEN`` characters, so the bound holds in every language and for text without
+spaces (base64, a minified file, one 50 MB "word"): such text is cut between characters. No
+chunk is larger than ``max_tokens + min_tokens`` by that measure (a small tail may merge into
+the chunk before it), hence never longer than ``CHARS_PER_TOKEN`` times that in characters.
 """
 
 from __future__ import annotations
@@ -16,11 +23,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragloop.components.text import count_tokens, split_sentences
+from ragloop.components.text import split_sentences
 from ragloop.core.errors import ConfigError
 from ragloop.retrieval.readers import Block, ParsedDocument
 
 _WORDS = re.compile(r"\S+")
+# scripts written without spaces between words: Thai, Lao, Myanmar, Khmer, CJK radicals and
+# punctuation, kana, bopomofo, ideographs (with the extensions and compatibility forms)
+_UNSPACED = (
+    "\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff"
+    "\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+)
+_MEASURE = re.compile(rf"[{_UNSPACED}]|[^\W{_UNSPACED}]+|[^\w\s]")
+CHARS_PER_TOKEN = 12  # longer runs count as more than one token (English averages about 5)
+
+
+def chunk_size(text: str) -> int:
+    """The size chunking bounds: words and punctuation marks (as ``count_tokens`` counts
+    them), each character of an unspaced script, and at least one per ``CHARS_PER_TOKEN``
+    characters."""
+    marks = sum(1 for _ in _MEASURE.finditer(text))
+    return max(marks, len(text) // CHARS_PER_TOKEN)
 
 
 @dataclass(frozen=True)
@@ -58,7 +81,7 @@ def _windows(text: str, config: ChunkingConfig) -> Iterator[str]:
     buffer: list[str] = []
     size = 0
     for sentence in sentences:
-        tokens = count_tokens(sentence)
+        tokens = chunk_size(sentence)
         if tokens > config.max_tokens:
             if buffer:
                 yield " ".join(buffer)
@@ -71,7 +94,7 @@ def _windows(text: str, config: ChunkingConfig) -> Iterator[str]:
             carried: list[str] = []
             carried_size = 0
             for previous in reversed(buffer):
-                cost = count_tokens(previous)
+                cost = chunk_size(previous)
                 if carried_size + cost > config.overlap:
                     break
                 carried.insert(0, previous)
@@ -84,17 +107,45 @@ def _windows(text: str, config: ChunkingConfig) -> Iterator[str]:
 
 
 def _word_windows(text: str, config: ChunkingConfig) -> Iterator[str]:
-    words = _WORDS.findall(text)
-    # words carry their punctuation, so a window of N words is at most about N tokens
-    step_words = max(1, int(config.max_tokens * 0.75))
-    overlap_words = int(config.overlap * 0.75)
+    """Windows of whole words up to ``max_tokens``, overlapping by up to ``overlap``; a word
+    too large for a window (a run of an unspaced script, base64) is cut between characters."""
+    units = [
+        (piece, chunk_size(piece))
+        for word in _WORDS.findall(text)
+        for piece in _cut(word, config.max_tokens)
+    ]
     start = 0
-    while start < len(words):
-        window = words[start : start + step_words]
-        yield " ".join(window)
-        if start + step_words >= len(words):
+    while start < len(units):
+        end, size = start, 0
+        while end < len(units) and (end == start or size + units[end][1] <= config.max_tokens):
+            size += units[end][1]
+            end += 1
+        yield " ".join(piece for piece, _ in units[start:end])
+        if end >= len(units):
             break
-        start += step_words - overlap_words
+        carried = 0  # the next window starts with the last `overlap` tokens of this one
+        back = end
+        while back - 1 > start and carried + units[back - 1][1] <= config.overlap:
+            back -= 1
+            carried += units[back][1]
+        start = back
+
+
+def _cut(word: str, limit: int) -> Iterator[str]:
+    """``word`` in pieces of at most ``limit`` by :func:`chunk_size`: slices short enough by
+    their length, halved again where an unspaced script makes them count more."""
+    if chunk_size(word) <= limit:
+        yield word
+        return
+    width = max(1, limit * CHARS_PER_TOKEN)
+    for start in range(0, len(word), width):
+        piece = word[start : start + width]
+        while chunk_size(piece) > limit:
+            half = max(1, len(piece) // 2)
+            yield from _cut(piece[:half], limit)
+            piece = piece[half:]
+        if piece:
+            yield piece
 
 
 def chunk_document(doc: ParsedDocument, config: ChunkingConfig | None = None) -> list[DraftChunk]:
@@ -138,7 +189,7 @@ def chunk_document(doc: ParsedDocument, config: ChunkingConfig | None = None) ->
 
 def _pieces(text: str, config: ChunkingConfig) -> list[str]:
     text = text.strip()
-    if count_tokens(text) <= config.max_tokens:
+    if chunk_size(text) <= config.max_tokens:
         return [text] if text else []
     return list(_windows(text, config))
 
@@ -150,13 +201,13 @@ def _block_pieces(block: Block, config: ChunkingConfig) -> list[str]:
     text = block.text.strip("\n")
     if not text.strip():
         return []
-    if count_tokens(text) <= config.max_tokens:
+    if chunk_size(text) <= config.max_tokens:
         return [text]
     header = block.meta.get("table") or ""
     lines = text.split("\n")
     if header and lines[0] == header:
         lines.pop(0)
-    budget = config.max_tokens - (count_tokens(header) if header else 0)
+    budget = config.max_tokens - (chunk_size(header) if header else 0)
     if budget < config.max_tokens // 2:  # a header too long to repeat: rows alone
         header, budget = "", config.max_tokens
     pieces: list[str] = []
@@ -169,7 +220,7 @@ def _block_pieces(block: Block, config: ChunkingConfig) -> list[str]:
         part.clear()
 
     for line in lines:
-        tokens = count_tokens(line)
+        tokens = chunk_size(line)
         if tokens > budget:
             emit()
             size = 0
@@ -199,7 +250,7 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
 
     for block in blocks:
         for piece in _block_pieces(block, config):
-            tokens = count_tokens(piece)
+            tokens = chunk_size(piece)
             page = block.meta.get("page")
             if parts and (size + tokens > config.max_tokens or meta.get("page", page) != page):
                 emit()
@@ -210,9 +261,9 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
     emit()
     if len(out) > 1:
         tail, previous = out[-1], out[-2]
-        merged = count_tokens(previous.text) + count_tokens(tail.text)
+        merged = chunk_size(previous.text) + chunk_size(tail.text)
         fits = merged <= config.max_tokens + config.min_tokens
-        if count_tokens(tail.text) < config.min_tokens and fits and previous.meta == tail.meta:
+        if chunk_size(tail.text) < config.min_tokens and fits and previous.meta == tail.meta:
             previous.text = f"{previous.text}\n\n{tail.text}"
             out.pop()
     return out

@@ -2,17 +2,24 @@
 
 :func:`discover` walks the given files and folders (recursively, skipping hidden and VCS
 folders, not following symlinks out of a folder); :func:`load_file` reads, decodes and parses
-one file. Both report problems as ``(path, reason)`` pairs for the ingest report's ``skipped``.
+one file. Both report problems as ``(path, reason)`` pairs for the ingest report's ``skipped``:
+a file or folder that cannot be read, a symlink loop, a name that is not UTF-8 or too long, a
+parser that fails in a way nobody foresaw. A folder that cannot be listed is reported too, and
+``sync`` never removes what it held (:attr:`Discovery.unread`).
 """
 
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import hashlib
+import logging
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +31,9 @@ from ragloop.retrieval.readers import (
     ReadError,
 )
 from ragloop.retrieval.store import DocumentRecord
+
+logger = logging.getLogger("ragloop")
+T = TypeVar("T")
 
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules", "CVS", "_darcs", "venv", ".venv"})
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
@@ -100,20 +110,55 @@ def _inside(path: Path, root: Path) -> bool:
     return True
 
 
-def discover(
-    paths: Sequence[str | os.PathLike[str]],
-) -> tuple[list[Candidate], list[tuple[str, str]], list[Path]]:
-    """Files to ingest, files skipped with a reason, and the folders walked (for sync)."""
-    found: list[Candidate] = []
-    skipped: list[tuple[str, str]] = []
-    roots: list[Path] = []
+def printable(path: str | os.PathLike[str]) -> str:
+    """A path as text that can always be printed and stored: bytes of a file name that are not
+    UTF-8 appear as ``\\xff`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _problem(error: BaseException) -> str:
+    """Why a path could not be looked at, for the report."""
+    if isinstance(error, RuntimeError) or getattr(error, "errno", None) == 40:  # ELOOP
+        return "symlink loop"
+    if isinstance(error, OSError):
+        return f"cannot read: {error.strerror or error}"
+    return f"cannot read: {type(error).__name__}: {error}"
+
+
+@dataclass
+class Discovery:
+    """What :func:`discover` found: the files to ingest, the paths skipped with a reason, the
+    folders walked, and the folders (or files) that could not be read: ``sync`` must keep
+    the documents it has from those, since it cannot tell whether they are gone."""
+
+    found: list[Candidate] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    roots: list[Path] = dataclasses.field(default_factory=list)
+    unread: list[Path] = dataclasses.field(default_factory=list)
+
+    def skip(self, path: str | os.PathLike[str], reason: str, *, unread: bool = False) -> None:
+        self.skipped.append((printable(path), reason))
+        if unread:
+            self.unread.append(Path(path))
+
+    def may_remove(self, source: str) -> bool:
+        """Whether ``sync`` may remove a document whose file was not found this time."""
+        return not any(Path(source).is_relative_to(p) for p in self.unread)
+
+
+def discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:
+    """Files to ingest, paths skipped with a reason, the folders walked and what was unread."""
+    out = Discovery()
     seen: set[Path] = set()
 
     def consider(path: Path, root: Path | None) -> None:
+        if not _utf8(path):
+            out.skip(path, "file name is not valid UTF-8")
+            return
         if path.is_symlink():
             target = path.resolve()
             if root is not None and not _inside(target, root):
-                skipped.append((str(path), f"symlink points outside {root}"))
+                out.skip(path, f"symlink points outside {root}")
                 return
         resolved = path.resolve()
         if resolved in seen:
@@ -121,38 +166,64 @@ def discover(
         seen.add(resolved)
         if path.suffix.lower() not in SUPPORTED_SUFFIXES:
             kind = f"'{path.suffix}'" if path.suffix else "without an extension"
-            skipped.append((str(path), f"unsupported file type {kind}"))
+            out.skip(path, f"unsupported file type {kind}")
             return
-        found.append(Candidate(resolved, root))
+        out.found.append(Candidate(resolved, root))
+
+    def walk(root: Path) -> None:
+        def unreadable(error: OSError) -> None:
+            out.skip(error.filename or root, f"cannot read folder: {error.strerror}", unread=True)
+
+        for folder, dirs, files in os.walk(root, onerror=unreadable):
+            current = Path(folder)
+            kept = []
+            for name in sorted(dirs):
+                sub = current / name
+                if _is_hidden(name) or name in SKIPPED_DIRS:
+                    continue
+                try:
+                    if sub.is_symlink():
+                        if not _inside(sub.resolve(), root):
+                            out.skip(sub, f"symlink points outside {root}")
+                        continue  # a link inside the root repeats files the walk reaches anyway
+                except (OSError, RuntimeError) as error:
+                    out.skip(sub, _problem(error), unread=not isinstance(error, RuntimeError))
+                    continue
+                kept.append(name)
+            dirs[:] = kept
+            for name in sorted(files):
+                if not _is_hidden(name):
+                    try:
+                        consider(current / name, root)
+                    except (OSError, RuntimeError) as error:
+                        # this file may hold a document: sync must not remove it
+                        out.skip(current / name, _problem(error), unread=True)
 
     for given in paths:
         path = Path(given).expanduser()
-        if not path.exists() and not path.is_symlink():
-            skipped.append((str(path), "no such file or directory"))
-        elif path.is_symlink() and not path.exists():
-            skipped.append((str(path), "broken symlink"))
-        elif path.is_dir():
-            root = path.resolve()
-            roots.append(root)
-            for folder, dirs, files in os.walk(root):
-                current = Path(folder)
-                kept = []
-                for name in sorted(dirs):
-                    sub = current / name
-                    if _is_hidden(name) or name in SKIPPED_DIRS:
-                        continue
-                    if sub.is_symlink():
-                        if not _inside(sub.resolve(), root):
-                            skipped.append((str(sub), f"symlink points outside {root}"))
-                        continue  # a link inside the root repeats files the walk reaches anyway
-                    kept.append(name)
-                dirs[:] = kept
-                for name in sorted(files):
-                    if not _is_hidden(name):
-                        consider(current / name, root)
-        else:
-            consider(path, None)
-    return found, skipped, roots
+        try:
+            if not path.exists() and not path.is_symlink():
+                out.skip(path, "no such file or directory")
+            elif path.is_symlink() and not path.exists():
+                out.skip(path, "broken symlink or symlink loop")
+            elif path.is_dir():
+                root = path.resolve(strict=True)
+                out.roots.append(root)
+                walk(root)
+            else:
+                consider(path, None)
+        except (OSError, RuntimeError) as error:
+            out.skip(path, _problem(error), unread=True)
+    return out
+
+
+def _utf8(path: Path) -> bool:
+    """File names are stored as text: one whose bytes are not UTF-8 cannot be."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _decode(data: bytes, encodings: Iterable[str]) -> tuple[str, str]:
@@ -224,11 +295,43 @@ def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> Loaded
                 raise SkipFile("binary file (mostly control characters)")
             metadata["encoding"] = encoding
             document = TEXT_READERS[suffix](text, path)
-    except ReadError as error:
+    except (ReadError, SkipFile) as error:
         raise SkipFile(str(error)) from None
     except RecursionError:
         raise SkipFile("too deeply nested to parse") from None
+    except Exception as error:  # a parser failing in a way nobody foresaw skips this file only
+        logger.warning("could not parse %s", printable(path), exc_info=True)
+        raise SkipFile(f"could not parse: {type(error).__name__}: {error}") from None
     if not any(block.text.strip() for block in document.blocks):
         raise SkipFile("no text found")
     metadata.update(document.metadata)
     return LoadedFile(document, hashlib.sha256(data).hexdigest(), metadata)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def storable(value: T) -> T:
+    """``value`` with every lone UTF-16 surrogate (a JSON ``"\\ud800"`` escape, a file name
+    decoded with ``surrogateescape``) replaced by U+FFFD: such text cannot be encoded as UTF-8,
+    so it could be neither stored nor embedded. Walks dicts, lists and tuples."""
+    if isinstance(value, str):
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)  # type: ignore[return-value]
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}  # type: ignore[return-value]
+    if isinstance(value, list | tuple):
+        return type(value)(storable(v) for v in value)
+    return value
+
+
+def storable_document(document: ParsedDocument) -> ParsedDocument:
+    """A parsed document whose title, blocks and metadata can all be stored (see
+    :func:`storable`)."""
+    return ParsedDocument(
+        storable(document.title),
+        [
+            dataclasses.replace(block, text=storable(block.text), meta=storable(block.meta))
+            for block in document.blocks
+        ],
+        storable(document.metadata),
+    )

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import ConfigError
@@ -37,9 +38,12 @@ from ragloop.retrieval.ingest import (
     discover,
     file_of,
     load_file,
+    printable,
     source_of,
+    storable,
+    storable_document,
 )
-from ragloop.retrieval.links import NameIndex, reverse_links
+from ragloop.retrieval.links import NameIndex, canonical, document_names, reverse_links
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
 from ragloop.retrieval.store import (
     ChunkRecord,
@@ -62,7 +66,7 @@ SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 ProgressCallback = Callable[[int, int, str], None]
 EMBED_BATCH = 256  # chunks embedded together (the ONNX embedder batches them by length)
-_PIPELINE_VERSION = "2"  # bumped when readers or chunking change: re-ingest re-reads every file
+_PIPELINE_VERSION = "3"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
 
@@ -199,8 +203,10 @@ class KnowledgeBase:
         sync: bool = False,
     ) -> IngestReport:
         """Ingest files and folders into ``collection``. Unchanged files cost nothing; a changed
-        file replaces its chunks in one transaction. With ``sync=True``, documents of the
-        collection under the given folders whose files are gone are removed.
+        file replaces its chunks in one transaction. A file or folder that cannot be read or
+        parsed is reported in ``skipped`` with the reason, and the rest is ingested. With
+        ``sync=True``, documents of the collection under the given folders whose files are gone
+        are removed (never those under a folder, or of a file, that could not be read).
 
         A document's source is its path relative to the folder given (``library/os.html``), or
         the file's name for a file given by itself; the folder is kept in the document's
@@ -208,8 +214,9 @@ class KnowledgeBase:
         paths) are converted as their files are ingested again."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
-        found, skipped, roots = discover(list(paths))
-        report = IngestReport(skipped=list(skipped))
+        discovery = discover(list(paths))
+        found, roots = discovery.found, discovery.roots
+        report = IngestReport(skipped=list(discovery.skipped))
         seen: dict[str, Path] = {}
 
         def items() -> Iterable[_Item]:
@@ -217,7 +224,7 @@ class KnowledgeBase:
                 source, root = source_of(candidate)
                 if source in seen:
                     report.skipped.append(
-                        (str(candidate.path), f"same source {source!r} as {seen[source]}")
+                        (printable(candidate.path), f"same source {source!r} as {seen[source]}")
                     )
                     continue
                 seen[source] = candidate.path
@@ -230,13 +237,13 @@ class KnowledgeBase:
                     )
                     return loaded.document, loaded.raw_hash, {**loaded.metadata, "root": str(root)}
 
-                yield source, str(candidate.path), load
+                yield source, printable(candidate.path), load
 
         self._ingest(items(), len(found), collection, report, on_progress)
         if sync:
             walked = {str(root) for root in roots}
             for doc in self.store.documents(collection):
-                if doc.source in seen:
+                if doc.source in seen or not discovery.may_remove(str(file_of(doc))):
                     continue
                 root = doc.metadata.get("root")
                 legacy = root is None and any(Path(doc.source).is_relative_to(r) for r in roots)
@@ -268,8 +275,8 @@ class KnowledgeBase:
                         parsed = read_plain_text(d.text, path)
                     if d.title is not None:  # "" keeps the document untitled
                         parsed.title = d.title
-                    raw = hashlib.sha256(f"{d.title}\0{d.text}".encode()).hexdigest()
-                    return parsed, raw, dict(d.metadata)
+                    text = f"{d.title}\0{d.text}".encode("utf-8", "surrogatepass")
+                    return parsed, hashlib.sha256(text).hexdigest(), dict(d.metadata)
 
                 yield document.source, document.source, load
 
@@ -318,24 +325,33 @@ class KnowledgeBase:
             if on_progress:
                 on_progress(done, total, source)
             try:
+                if storable(source) != source:
+                    raise SkipFile("the name is not valid UTF-8")
                 parsed, raw_hash, metadata = load()
+                doc_hash = f"{raw_hash}:{signature}"
+                existing = self.store.document_hash(collection, source)
+                if existing == doc_hash:
+                    report.unchanged += 1
+                    continue
+                if existing is None and "root" in metadata:  # stored by its absolute path before
+                    legacy = str(Path(str(metadata["root"])) / source)
+                    if self.store.document_hash(collection, legacy) is not None:
+                        self.store.delete_document(legacy, collection)
+                        existing = legacy
+                parsed, metadata = storable_document(parsed), storable(metadata)
+                record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
+                prepared = self._prepare(record, parsed, replaced=existing is not None)
             except SkipFile as reason:
-                report.skipped.append((shown, str(reason)))
+                report.skipped.append((printable(shown), str(reason)))
                 continue
-            doc_hash = f"{raw_hash}:{signature}"
-            existing = self.store.document_hash(collection, source)
-            if existing == doc_hash:
-                report.unchanged += 1
+            except StoreError:
+                raise
+            except Exception as error:  # one document's surprise never costs the others
+                logger.warning("could not ingest %s", printable(shown), exc_info=True)
+                report.skipped.append((printable(shown), f"{type(error).__name__}: {error}"))
                 continue
-            if existing is None and "root" in metadata:  # stored by its absolute path before
-                legacy = str(Path(str(metadata["root"])) / source)
-                if self.store.document_hash(collection, legacy) is not None:
-                    self.store.delete_document(legacy, collection)
-                    existing = legacy
-            record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
-            prepared = self._prepare(record, parsed, replaced=existing is not None)
             if not prepared.chunks:  # a heading and nothing under it: nothing to search
-                report.skipped.append((shown, "no text to index beyond its headings"))
+                report.skipped.append((printable(shown), "no text to index beyond its headings"))
                 if existing is not None:  # its earlier version no longer stands
                     report.removed += self.store.delete_document(source, collection)
                 continue
@@ -351,7 +367,6 @@ class KnowledgeBase:
         drafts = chunk_document(parsed, self.chunking)
         doc_key = f"{doc.collection}\0{doc.source}"
         chunks: list[ChunkRecord] = []
-        names: list[tuple[str, str, str]] = []
         occurrences: dict[str, int] = {}
         for draft in drafts:
             seen = occurrences.get(draft.text, 0)
@@ -368,10 +383,8 @@ class KnowledgeBase:
                 metadata=draft.meta,
             )
             chunks.append(record)
-            if draft.heading_path:
-                names.append((draft.heading_path[-1], record.id, doc_key))
-        if chunks:
-            names.insert(0, (doc.title, chunks[0].id, doc_key))
+        targets = document_names(doc.title, ((c.id, c.heading_path) for c in chunks))
+        names = [(name, target, doc_key) for name, target in targets]
         return _Prepared(doc, chunks, names, replaced)
 
     def _write(
@@ -384,10 +397,11 @@ class KnowledgeBase:
             doc_key = f"{prepared.doc.collection}\0{prepared.doc.source}"
             links: list[Link] = []
             if names is not None:
+                names.discard(doc_key)  # a replaced document's names pointed at its old chunks
                 for chunk in prepared.chunks:
                     for target, mention in names.mentions(chunk.content, doc_key):
                         links.append(Link(chunk.id, target, mention))
-                links.extend(reverse_links(self.store, prepared.names, set()))
+                links = canonical([*links, *reverse_links(self.store, prepared.names)])
             self.store.replace_document(prepared.doc, prepared.chunks, links)
             if names is not None:
                 for name, target, key in prepared.names:
@@ -399,18 +413,23 @@ class KnowledgeBase:
                 report.added += 1
 
     def _embed_chunks(self, chunks: list[ChunkRecord]) -> None:
+        """Give every chunk its vector (from the cache, else the embedder), EMBED_BATCH chunks
+        at a time, kept as float32 arrays: a file of 100,000 records holds 150 MB of vectors
+        until it is written, not the 1.2 GB of Python floats."""
         if self.embedder is None or not chunks:
             return
         model = self.embedder.model_id
-        cached = self.store.cached_vectors(model, [c.text_hash for c in chunks])
-        missing = {c.text_hash: c.index_text for c in chunks if c.text_hash not in cached}
-        if missing:
-            hashes = list(missing)
-            vectors = self.embedder.embed([missing[h] for h in hashes])
-            _check_vectors(vectors, len(hashes), self.embedder.dimension)
-            cached.update(zip(hashes, vectors, strict=True))
-        for chunk in chunks:
-            chunk.vector = cached[chunk.text_hash]
+        for start in range(0, len(chunks), EMBED_BATCH):
+            batch = chunks[start : start + EMBED_BATCH]
+            cached = self.store.cached_vectors(model, [c.text_hash for c in batch])
+            missing = {c.text_hash: c.index_text for c in batch if c.text_hash not in cached}
+            if missing:
+                hashes = list(missing)
+                vectors = self.embedder.embed([missing[h] for h in hashes])
+                _check_vectors(vectors, len(hashes), self.embedder.dimension)
+                cached.update(zip(hashes, vectors, strict=True))
+            for chunk in batch:
+                chunk.vector = np.asarray(cached[chunk.text_hash], dtype=np.float32)
 
     # -- search ------------------------------------------------------------------------------
     def search(

@@ -12,7 +12,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -260,13 +260,61 @@ def record_block(record: object, index: int) -> Block:
     return Block("record", body, meta=meta)
 
 
-def _records_document(records: list[object], path: Path, fmt: str) -> ParsedDocument:
-    blocks = [b for i, r in enumerate(records) if (b := record_block(r, i)).text.strip()]
-    return ParsedDocument(title_from_name(path), blocks, {"records": len(records)})
+# Records (CSV rows, JSON items, JSONL lines) a file may hold: each becomes at least one chunk,
+# and the chunks of a file are written in one transaction, so this bounds the memory an ingest
+# takes (about 3.5 kB a chunk with its vector). Raise it to ingest bigger files.
+MAX_RECORDS = 100_000
+
+
+def _records_document(records: Iterable[object], path: Path, fmt: str) -> ParsedDocument:
+    """The records as blocks, read one at a time (a file over MAX_RECORDS is refused before
+    the rest is read)."""
+    blocks: list[Block] = []
+    count = 0
+    for index, record in enumerate(records):
+        if index >= MAX_RECORDS:
+            raise ReadError(
+                f"more than {MAX_RECORDS:,} records; split the file, or raise "
+                "ragloop.retrieval.readers.MAX_RECORDS"
+            )
+        count += 1
+        block = record_block(record, index)
+        if block.text.strip():
+            blocks.append(block)
+    return ParsedDocument(title_from_name(path), blocks, {"records": count})
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _after_space(text: str, position: int) -> int:
+    match = _JSON_SPACE.match(text, position)
+    return match.end() if match else position
+
+
+def _json_items(text: str) -> Iterator[object]:
+    """The items of a JSON list, decoded one at a time (a huge list is never built whole)."""
+    decoder = json.JSONDecoder()
+    position = _after_space(text, _after_space(text, 0) + 1)  # past the "["
+    closing = text.startswith("]", position)
+    while not closing:
+        item, position = decoder.raw_decode(text, position)
+        yield item
+        position = _after_space(text, position)
+        closing = text.startswith("]", position)
+        if not closing:
+            if not text.startswith(",", position):
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, position)
+            position = _after_space(text, position + 1)
+    end = _after_space(text, position + 1)
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
 
 
 def read_json(text: str, path: Path) -> ParsedDocument:
     try:
+        if text.lstrip(" \t\n\r").startswith("["):
+            return _records_document(_json_items(text), path, "json")
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise ReadError(f"invalid JSON at line {error.lineno}: {error.msg}") from None
@@ -285,18 +333,20 @@ def read_json(text: str, path: Path) -> ParsedDocument:
 
 
 def read_jsonl(text: str, path: Path) -> ParsedDocument:
-    records: list[object] = []
     bad: list[int] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            bad.append(number)
-    if bad and not records:
+
+    def records() -> Iterator[object]:
+        for number, line in enumerate(io.StringIO(text, newline=None), 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError:
+                bad.append(number)
+
+    doc = _records_document(records(), path, "jsonl")
+    if bad and not doc.metadata["records"]:
         raise ReadError(f"no valid JSON line (first bad line: {bad[0]})")
-    doc = _records_document(records, path, "jsonl")
     if bad:
         doc.metadata["bad_lines"] = bad[:20]
     return doc
@@ -308,14 +358,14 @@ def read_csv(text: str, path: Path) -> ParsedDocument:
         dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(sample, ",;\t|")
     except csv.Error:
         dialect = csv.excel
+    rows = csv.DictReader(io.StringIO(text), dialect=dialect)
+    records = (
+        {str(k): v for k, v in row.items() if k is not None and v not in (None, "")} for row in rows
+    )
     try:
-        rows = list(csv.DictReader(io.StringIO(text), dialect=dialect))
+        return _records_document(records, path, "csv")
     except csv.Error as error:
         raise ReadError(f"malformed CSV: {error}") from None
-    records: list[object] = [
-        {str(k): v for k, v in row.items() if k is not None and v not in (None, "")} for row in rows
-    ]
-    return _records_document(records, path, "csv")
 
 
 # -- PDF ---------------------------------------------------------------------------------------
@@ -325,7 +375,6 @@ def read_pdf_bytes(data: bytes, path: Path) -> ParsedDocument:
     """Text of each page (pypdf, the ``pdf`` extra), paragraphs tagged with their page."""
     try:
         from pypdf import PdfReader
-        from pypdf.errors import PdfReadError
     except ImportError:
         raise ReadError("PDF support needs the pdf extra: pip install 'ragloop[pdf]'") from None
     try:
@@ -335,8 +384,10 @@ def read_pdf_bytes(data: bytes, path: Path) -> ParsedDocument:
         pages = [page.extract_text() or "" for page in reader.pages]
         info = reader.metadata
         pdf_title = str(info.title).strip() if info and info.title else ""
-    except (PdfReadError, ValueError, KeyError, TypeError, OSError) as error:
-        raise ReadError(f"unreadable PDF: {error}") from None
+    except ReadError:
+        raise
+    except Exception as error:  # pypdf raises many kinds (LimitReachedError, NotImplementedError)
+        raise ReadError(f"unreadable PDF: {type(error).__name__}: {error}") from None
     blocks = [
         Block("text", p, meta={"page": number})
         for number, page in enumerate(pages, 1)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel
 
 from ragloop.core.errors import RagloopError
@@ -68,7 +70,7 @@ class ChunkRecord:
     index_text: str
     text_hash: str
     metadata: dict[str, Any] = field(default_factory=dict)
-    vector: Sequence[float] | None = None
+    vector: Sequence[float] | npt.NDArray[np.float32] | None = None
 
 
 @dataclass(frozen=True)

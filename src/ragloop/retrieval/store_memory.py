@@ -62,7 +62,7 @@ class InMemoryStore:
                 for chunk in chunks:
                     if chunk.vector is not None:
                         key = (self._model[0], chunk.text_hash)
-                        self._vectors.setdefault(key, list(chunk.vector))
+                        self._vectors.setdefault(key, np.asarray(chunk.vector).tolist())
             self.add_links(links)
         return [c.id for c in chunks]
 

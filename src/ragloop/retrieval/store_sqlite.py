@@ -3,23 +3,33 @@ the link graph.
 
 SQLite done properly: WAL journal (readers never block the writer), a busy timeout, foreign keys
 on, one ``BEGIN IMMEDIATE`` transaction per document, numbered migrations recorded in
-``_ragloop_migrations``. Vectors are float32 blobs keyed by (model id, text hash), which makes
-the table the embedding cache too. Exact vector search runs in numpy over a matrix loaded once
-and reloaded only when a write (by this process or another) bumps the ``generation`` counter.
+``_ragloop_migrations`` (applied under the write lock, so processes opening a new file at once
+do not race; a file of a newer schema is refused). Vectors are float32 blobs keyed by (model id,
+text hash), which makes the table the embedding cache too. Exact vector search runs in numpy
+over a matrix loaded once and reloaded only when a write (by this process or another) bumps the
+``generation`` counter.
+
+Failures surface as :class:`~ragloop.retrieval.store.StoreError` with SQLite's reason: a full
+disk, a damaged file, tampered rows. A failed write leaves nothing behind, in the file or in
+the caches. A file this process may not write (a read-only mount, another user's file) is opened
+read-only: search works, writes are refused.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -112,6 +122,30 @@ _CHUNK_COLUMNS = (
 MMAP_BYTES = 1 << 30  # address space, not memory: pages load on demand
 
 _SELECT_CHUNKS = f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id"
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+# What reading a damaged or tampered file raises besides sqlite3.Error: numbers and JSON that do
+# not parse, blobs of the wrong length, ids past the end of an array.
+_DAMAGE = (sqlite3.Error, ValueError, TypeError, IndexError, KeyError, OverflowError)
+
+
+def _guarded(
+    method: Callable[Concatenate[SQLiteStore, P], R],
+) -> Callable[Concatenate[SQLiteStore, P], R]:
+    """Raise what a store operation hits in the file as :class:`StoreError`, with the reason."""
+
+    @functools.wraps(method)
+    def guarded(self: SQLiteStore, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(self, *args, **kwargs)
+        except StoreError:
+            raise
+        except _DAMAGE as error:
+            raise self._failure(error) from error
+
+    return guarded
 
 
 @dataclass
@@ -145,15 +179,43 @@ class SQLiteStore:
         self._dense: _DenseIndex | None = None
         self._keyword: _KeywordIndex | None = None
         self._vocabulary: dict[str, int] = {}
+        self._new_terms: list[str] | None = None  # cached in the open write transaction
         self._closed = False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = False
+        self._uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}"
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._migrate()
-        except sqlite3.DatabaseError as error:
-            self.close()
-            raise StoreError(
-                f"{self.path} is not a usable ragloop knowledge base: {error}"
-            ) from None
+        except (sqlite3.Error, OSError) as error:
+            if not _not_writable(error):
+                self.close()
+                raise StoreError(
+                    f"{self.path} is not a usable ragloop knowledge base: {error}"
+                ) from None
+            self._open_read_only()
+
+    def _open_read_only(self) -> None:
+        """Reopen a file this process may not write. ``mode=ro`` reads it like any reader
+        (WAL included) when the folder lets SQLite make its shared-memory file; otherwise the
+        file is read as ``immutable``: nobody can be writing to it on a read-only mount, and a
+        copy owned by another user is read as it was (open it again to see later writes)."""
+        self.close()
+        self._closed = False
+        self.read_only = True
+        for query in ("?mode=ro", "?mode=ro&immutable=1"):
+            self._uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}{query}"
+            try:
+                self._check_schema(self._conn())
+                return
+            except sqlite3.Error as error:
+                self.close()
+                self._closed = False
+                failure = error
+            except StoreError:
+                self.close()
+                raise
+        self._closed = True
+        raise StoreError(f"{self.path} cannot be opened, even read-only: {failure}") from None
 
     # -- connections and transactions -------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -162,7 +224,11 @@ class SQLiteStore:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = sqlite3.connect(
-                self.path, timeout=self._timeout_s, isolation_level=None, check_same_thread=False
+                self._uri,
+                uri=True,
+                timeout=self._timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
             )
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -176,45 +242,98 @@ class SQLiteStore:
         return conn
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
+    def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT``, under this process's write lock. On failure the
+        transaction is rolled back (unless SQLite already did, as after a full disk) and the
+        vocabulary ids cached inside it are forgotten: the rollback freed them for other
+        words."""
+        if self.read_only:
+            raise StoreError(f"{self.path} is read-only here: it can be searched, not changed")
         with self._lock:
             conn.execute("BEGIN IMMEDIATE")
+            self._new_terms = []
             try:
                 yield conn
-                conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
                 conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                for term in self._new_terms:
+                    self._vocabulary.pop(term, None)
                 raise
+            finally:
+                self._new_terms = None
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._transaction(self._conn()) as conn:
+            yield conn
+            conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+
+    def _failure(self, error: BaseException) -> StoreError:
+        """The error to raise for what an operation hit in the file."""
+        reason = str(error) or type(error).__name__
+        if _not_writable(error):
+            return StoreError(f"{self.path} is read-only here ({reason})")
+        if isinstance(error, sqlite3.OperationalError):
+            return StoreError(f"the knowledge base {self.path} failed: {reason}")
+        return StoreError(
+            f"the knowledge base {self.path} is damaged ({type(error).__name__}: {reason}); "
+            "rebuild it with: ragloop ingest PATH --kb FILE"
+        )
 
     def _migrate(self) -> None:
         conn = self._conn()
-        conn.execute("PRAGMA journal_mode = WAL")
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            # Switching a new file to WAL takes a lock that SQLite reports busy without waiting
+            # for (the busy timeout does not apply); processes creating one file at once retry.
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                break
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS _ragloop_migrations (version INTEGER PRIMARY KEY, "
             "applied_at TEXT NOT NULL)"
         )
-        done = {row[0] for row in conn.execute("SELECT version FROM _ragloop_migrations")}
-        for version, script in MIGRATIONS:
-            if version in done:
-                continue
-            with self._lock:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    for statement in script.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                    if version == 2:
-                        self._backfill_terms(conn)
-                    conn.execute(
-                        "INSERT INTO _ragloop_migrations VALUES (?, ?)",
-                        (version, datetime.now(UTC).isoformat()),
-                    )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+        if self._check_schema(conn, upgrade=True) == SCHEMA_VERSION:
+            return
+        with self._transaction(conn):
+            # read again under the write lock: another process may have migrated meanwhile
+            done = {row[0] for row in conn.execute("SELECT version FROM _ragloop_migrations")}
+            for version, script in MIGRATIONS:
+                if version in done:
+                    continue
+                for statement in script.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                if version == 2:
+                    self._backfill_terms(conn)
+                conn.execute(
+                    "INSERT INTO _ragloop_migrations VALUES (?, ?)",
+                    (version, datetime.now(UTC).isoformat()),
+                )
+
+    def _check_schema(self, conn: sqlite3.Connection, *, upgrade: bool = False) -> int:
+        """The file's schema version; refuses one newer than this code, or (when it cannot
+        upgrade) an older one."""
+        row = conn.execute("SELECT max(version) FROM _ragloop_migrations").fetchone()
+        version = int(row[0] or 0)
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} was written by a newer ragloop (schema version {version}; this one "
+                f"reads up to {SCHEMA_VERSION}): upgrade ragloop to open it"
+            )
+        if version < SCHEMA_VERSION and not upgrade:
+            raise StoreError(
+                f"{self.path} has schema version {version} and needs an upgrade to "
+                f"{SCHEMA_VERSION}, which a read-only file cannot take: open it once with write "
+                "access"
+            )
+        return version
 
     def _backfill_terms(self, conn: sqlite3.Connection) -> None:
         """Term frequencies for chunks written before migration 2."""
@@ -237,6 +356,8 @@ class SQLiteStore:
             conn.executemany(
                 "INSERT OR IGNORE INTO vocabulary (term) VALUES (?)", [(t,) for t in missing]
             )
+            if self._new_terms is not None:
+                self._new_terms.extend(missing)
         for start in range(0, len(missing), 500):
             batch = missing[start : start + 500]
             rows = conn.execute(
@@ -260,9 +381,11 @@ class SQLiteStore:
             for conn in self._connections:
                 conn.close()
             self._connections.clear()
+        self._local = threading.local()
         self._closed = True
 
     # -- documents ---------------------------------------------------------------------------
+    @_guarded
     def document_hash(self, collection: str, source: str) -> str | None:
         row = (
             self._conn()
@@ -274,6 +397,7 @@ class SQLiteStore:
         )
         return row[0] if row else None
 
+    @_guarded
     def replace_document(
         self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
     ) -> list[str]:
@@ -334,16 +458,19 @@ class SQLiteStore:
             conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
         return len(ids)
 
+    @_guarded
     def delete_document(self, source: str, collection: str | None = None) -> int:
         with self._write() as conn:
             return self._delete(conn, source, collection)
 
+    @_guarded
     def sources(self, collection: str) -> list[str]:
         rows = self._conn().execute(
             "SELECT source FROM documents WHERE collection = ? ORDER BY source", (collection,)
         )
         return [row[0] for row in rows]
 
+    @_guarded
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
         """The documents of a collection (every collection when None), by source."""
         where, params = (
@@ -359,6 +486,7 @@ class SQLiteStore:
             for coll, source, title, digest, meta in rows
         ]
 
+    @_guarded
     def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
         if not ids:
             return []
@@ -397,7 +525,11 @@ class SQLiteStore:
             "SELECT c.pk, d.collection, c.terms FROM chunks c "
             "JOIN documents d ON d.id = c.document_id ORDER BY c.pk"
         ).fetchall()
-        vocabulary = conn.execute("SELECT coalesce(max(id), 0) + 1 FROM vocabulary").fetchone()[0]
+        vocabulary, words = conn.execute(
+            "SELECT coalesce(max(id), 0) + 1, count(*) FROM vocabulary"
+        ).fetchone()
+        if vocabulary > 2 * words + 1024:  # ids are dense; a damaged one must not size arrays
+            raise ValueError(f"vocabulary id {vocabulary - 1} for {words} words")
         index = _KeywordIndex(
             generation,
             np.array([r[0] for r in rows], dtype=np.int64),
@@ -429,12 +561,13 @@ class SQLiteStore:
             mask &= np.isin(pks, np.array(allowed, dtype=np.int64))
         return mask
 
+    @_guarded
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
         hits = [
             (pk, score, {"bm25": round(score, 6), "bm25_raw": round(raw, 6)})
             for pk, score, raw in self._keyword_hits(query, top_k, scope)
         ]
-        return self._chunks(hits)
+        return self._chunks(hits, scope)
 
     def _keyword_hits(self, query: str, top_k: int, scope: Scope) -> list[tuple[int, float, float]]:
         """(row pk, normalised score, raw BM25) of the ``top_k`` best rows, best first."""
@@ -447,6 +580,7 @@ class SQLiteStore:
         hits = index.bm25.search([ids[t] for t in terms if t in ids], top_k, mask)
         return [(int(index.pks[i]), score, raw) for i, score, raw in hits]
 
+    @_guarded
     def hybrid_search(
         self,
         query: str,
@@ -465,14 +599,18 @@ class SQLiteStore:
             "bm25": [(pk, score) for pk, score, _ in self._keyword_hits(query, depth, scope)],
             "dense": self._vector_hits(vector, depth, scope),
         }
-        return self._chunks(fuse(rankings, top_k=top_k, k=k, weights=weights))
+        return self._chunks(fuse(rankings, top_k=top_k, k=k, weights=weights), scope)
 
-    def _chunks(self, hits: Sequence[tuple[int, float, dict[str, float]]]) -> list[Chunk]:
+    def _chunks(
+        self, hits: Sequence[tuple[int, float, dict[str, float]]], scope: Scope
+    ) -> list[Chunk]:
         """The chunks of (row pk, score, signals), in order; each signal dict becomes the
-        chunk's ``metadata["scores"]``."""
+        chunk's ``metadata["scores"]``. Rows are read with the scope in the query: a writer
+        may have replaced a row since the index was loaded, and SQLite gives a freed row number
+        to the next chunk inserted, which may belong to another collection."""
         if not hits:
             return []
-        by_pk = self._rows_by_pk([pk for pk, _, _ in hits])
+        by_pk = self._rows_by_pk([pk for pk, _, _ in hits], scope)
         out = []
         for pk, score, signals in hits:
             row = by_pk.get(pk)
@@ -494,9 +632,11 @@ class SQLiteStore:
             return None
         return rows["embedding_model"], int(rows["dimension"])
 
+    @_guarded
     def embedding_model(self) -> tuple[str, int] | None:
         return self._model(self._conn())
 
+    @_guarded
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         current = self.embedding_model()
         if current is not None and current != (model_id, dimension):
@@ -510,6 +650,7 @@ class SQLiteStore:
                 (model_id, str(dimension)),
             )
 
+    @_guarded
     def cached_vectors(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]:
         found: dict[str, list[float]] = {}
         conn = self._conn()
@@ -525,26 +666,22 @@ class SQLiteStore:
                 found[text_hash] = np.frombuffer(blob, dtype=np.float32).tolist()
         return found
 
+    @_guarded
     def cache_vectors(self, model_id: str, items: dict[str, Sequence[float]]) -> None:
         if not items:
             return
-        conn = self._conn()
+        if self.read_only:  # a read-only file still answers queries
+            return
         try:
             # not through _write(): cached vectors change no search result, so the dense
             # index and term statistics need not be reloaded
-            with self._lock:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
-                        [(model_id, h, _blob(v)) for h, v in items.items()],
-                    )
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
+            with self._transaction(self._conn()) as conn:
+                conn.executemany(
+                    "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
+                    [(model_id, h, _blob(v)) for h, v in items.items()],
+                )
         except sqlite3.OperationalError as error:
-            if "readonly" not in str(error):  # a read-only file still answers queries
+            if not _not_writable(error):  # nor does a file made read-only since it was opened
                 raise
 
     def _dense_index(self) -> _DenseIndex | None:
@@ -567,6 +704,8 @@ class SQLiteStore:
         )
         matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
         columns = np.ascontiguousarray(matrix.reshape(len(rows), model[1]).T)
+        if not np.isfinite(columns).all():  # a damaged blob: NaN scores would rank at random
+            raise ValueError("stored vectors hold values that are not finite numbers")
         index = _DenseIndex(
             generation,
             model[0],
@@ -577,9 +716,10 @@ class SQLiteStore:
         self._dense = index
         return index
 
+    @_guarded
     def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
         hits = self._vector_hits(vector, top_k, scope)
-        return self._chunks([(pk, score, {"dense": round(score, 6)}) for pk, score in hits])
+        return self._chunks([(pk, score, {"dense": round(score, 6)}) for pk, score in hits], scope)
 
     def _vector_hits(
         self, vector: Sequence[float], top_k: int, scope: Scope
@@ -590,9 +730,9 @@ class SQLiteStore:
             return []
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
-        if query.shape != (index.columns.shape[0],) or norm == 0.0:
+        if query.shape != (index.columns.shape[0],) or not np.isfinite(norm) or norm == 0.0:
             raise StoreError(
-                f"query vector has shape {query.shape}; the index holds "
+                f"query vector of shape {query.shape} and norm {norm}; the index holds "
                 f"{index.columns.shape[0]}-d vectors"
             )
         scores = (query / norm) @ index.columns
@@ -604,12 +744,17 @@ class SQLiteStore:
             top = candidates[_best(scores[candidates], top_k)]
         return [(int(index.pks[i]), float(min(1.0, max(0.0, scores[i])))) for i in top]
 
-    def _rows_by_pk(self, pks: list[int]) -> dict[int, tuple[Any, ...]]:
+    def _rows_by_pk(self, pks: list[int], scope: Scope) -> dict[int, tuple[Any, ...]]:
+        where, params = self._scope_sql(scope)
         marks = ",".join("?" * len(pks))
-        rows = self._conn().execute(f"{_SELECT_CHUNKS} WHERE c.pk IN ({marks})", pks)
+        rows = self._conn().execute(
+            f"{_SELECT_CHUNKS} WHERE c.pk IN ({marks})" + (f" AND {where}" if where else ""),
+            [*pks, *params],
+        )
         return {row[0]: tuple(row) for row in rows}
 
     # -- links ---------------------------------------------------------------------------------
+    @_guarded
     def link_targets(self) -> list[tuple[str, str, str]]:
         """(name, chunk id, document key) for every document title and last heading."""
         rows = self._conn().execute(
@@ -622,6 +767,7 @@ class SQLiteStore:
             targets.extend((str(name), chunk_id, doc_key) for name in (title, heading) if name)
         return targets
 
+    @_guarded
     def chunks_with_phrase(self, phrase: str, limit: int) -> list[tuple[str, str, str]]:
         words = tokenize(phrase)
         if not words:
@@ -635,6 +781,7 @@ class SQLiteStore:
         )
         return [tuple(row) for row in rows]
 
+    @_guarded
     def add_links(self, links: Sequence[Link]) -> None:
         if links:
             with self._write() as conn:
@@ -648,6 +795,7 @@ class SQLiteStore:
             [(link.mention, link.chunk_id, link.target_id) for link in links],
         )
 
+    @_guarded
     def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
         if not chunk_ids:
             return []
@@ -660,6 +808,7 @@ class SQLiteStore:
         return [Link(*row) for row in rows]
 
     # -- bookkeeping --------------------------------------------------------------------------
+    @_guarded
     def stats(self) -> StoreStats:
         conn = self._conn()
         collections = [
@@ -690,9 +839,20 @@ class SQLiteStore:
             path=str(self.path),
         )
 
+    @_guarded
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _not_writable(error: BaseException) -> bool:
+    """Whether SQLite failed because this process may not write the file or its folder."""
+    if isinstance(error, PermissionError):
+        return True
+    message = str(error)
+    return isinstance(error, sqlite3.OperationalError) and (
+        "readonly" in message or "unable to open database file" in message
+    )
 
 
 def _best(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
@@ -704,7 +864,7 @@ def _best(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]
     return top[np.argsort(-scores[top], kind="stable")]
 
 
-def _blob(vector: Sequence[float]) -> bytes:
+def _blob(vector: Sequence[float] | npt.NDArray[np.float32]) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 

@@ -1,0 +1,70 @@
+"""ragloop mcp: the knowledge base and the loops as MCP tools (stdio or streamable HTTP)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import click
+
+from ragloop.cli import config_option
+from ragloop.cli.common import errors, kb_option, open_kb, settings
+
+
+@click.command(name="mcp")
+@config_option
+@kb_option
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default=None,
+    help="stdio (for a desktop assistant; the default) or http (streamable HTTP at /mcp).",
+)
+@click.option("--host", default=None, help="HTTP: address to bind (default 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="HTTP: port (8001).")
+def mcp_command(
+    kb_location: str | None,
+    transport: Literal["stdio", "http"] | None,
+    host: str | None,
+    port: int | None,
+) -> None:
+    """Serve the knowledge base and the loops to MCP clients (stdio or streamable HTTP).
+
+    Tools: search, fetch, retrieve and ask. Over HTTP, requests name an API key of the config
+    ([server.keys.*]); without keys only this machine may connect. Needs ragloop[server].
+    """
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise click.ClickException(
+            'ragloop mcp needs the server extra: pip install "ragloop[server]"'
+        ) from None
+    from ragloop.server.service import Service
+
+    configured = settings()
+    chosen = transport or configured.mcp.transport
+    location = kb_location or configured.kb.location
+    kb = open_kb(location, create=False, embedder=configured.kb.embedder)
+    if chosen == "http":
+        server = configured.server.model_copy(
+            update={"host": host or configured.mcp.host, "mcp": True}
+        )
+        configured = configured.model_copy(update={"server": server})
+    service = Service(kb, configured)
+    try:
+        if chosen == "stdio":
+            import anyio
+
+            from ragloop.server.mcp import build_mcp
+
+            anyio.run(build_mcp(service).run_stdio_async)
+        else:
+            import uvicorn
+
+            from ragloop.server.mcp import mcp_http_app
+
+            bound = port if port is not None else configured.mcp.port
+            errors.print(f"ragloop MCP on http://{server.host}:{bound}/mcp (Ctrl-C stops)")
+            uvicorn.run(mcp_http_app(service), host=server.host, port=bound, log_level="warning")
+    finally:
+        service.close()
+        kb.close()

@@ -1,0 +1,285 @@
+"""One config file, ``ragloop.toml``, and the environment: the one place settings become objects.
+
+Where the file is: the path given with ``--config`` (:func:`use_config_file`), else
+``$RAGLOOP_CONFIG``, else ``ragloop.toml`` in the working directory when there is one; with none
+of them, every setting has its default. The environment overrides the file: a variable
+``RAGLOOP_<SECTION>__<KEY>`` (``RAGLOOP_SERVER__PORT=9000``, ``RAGLOOP_ENGINE__DEFAULT=agent``,
+deeper levels with more ``__``) sets that key, its value read as a TOML value when it is one
+(numbers, booleans, ``["a", "b"]``) and as text otherwise; ``RAGLOOP_KB`` is the knowledge
+base's location, as it always was. A bad value is one :class:`~ragloop.ConfigError` naming the
+key and where it came from.
+
+The CLI (``ask``, ``search``, ``ingest`` ...), ``ragloop serve`` and ``ragloop mcp`` all read
+it; ``ragloop config show`` prints the effective settings with secrets masked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from ragloop.core.budget import Budget
+from ragloop.core.errors import ConfigError
+
+CONFIG_ENV = "RAGLOOP_CONFIG"
+CONFIG_FILE = "ragloop.toml"
+ENV_PREFIX = "RAGLOOP_"
+KEY_PREFIX = "rl-"  # how a ragloop API key starts, so a leaked one is recognisable
+_HASH = re.compile(r"^sha256:[0-9a-f]{64}$")
+_chosen: Path | None = None
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KBSettings(_Section):
+    """``[kb]``: the knowledge base. ``location`` is a SQLite file or a PostgreSQL URL
+    (``postgresql://user:password@host/db``); ``embedder`` as ``ragloop ingest --embedder``."""
+
+    location: str | None = None
+    embedder: str = "default"
+
+
+class EngineSettings(_Section):
+    """``[engine]``: which loop answers by default and its settings (unset: the engine's own
+    defaults)."""
+
+    default: Literal["rag", "agent", "retrieval"] = "rag"
+    max_iterations: int | None = Field(default=None, ge=1, le=50)
+    top_k: int | None = Field(default=None, ge=1, le=100)
+    confidence_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    def settings(self, engine: str) -> dict[str, Any]:
+        """The keyword options an engine of ``engine``'s kind is built with."""
+        chosen: dict[str, Any] = {"max_iterations": self.max_iterations}
+        if engine in ("rag", "retrieval"):
+            chosen["top_k"] = self.top_k
+            chosen["confidence_threshold"] = self.confidence_threshold
+        return {k: v for k, v in chosen.items() if v is not None}
+
+
+class ModelSettings(_Section):
+    """``[model]``: ``spec`` as ``--model`` (``offline``, ``openai:MODEL``, ...); ``api_key`` and
+    ``base_url`` replace the provider's environment variables."""
+
+    spec: str = "offline"
+    api_key: SecretStr | None = None
+    base_url: str | None = None
+
+    def options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.api_key is not None:
+            options["api_key"] = self.api_key.get_secret_value()
+        if self.base_url is not None:
+            options["base_url"] = self.base_url
+        return options
+
+
+class BudgetSettings(_Section):
+    """``[budget]``: the budget of every run the server and ``ask`` start (unset: uncapped)."""
+
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_dollars: float | None = Field(default=None, ge=0)
+    max_wall_ms: float | None = Field(default=None, ge=0)
+    max_iter: int | None = Field(default=None, ge=0)
+
+    def budget(self) -> Budget | None:
+        values = self.model_dump(exclude_none=True)
+        return Budget(**values) if values else None
+
+
+class KeySettings(_Section):
+    """``[server.keys.NAME]``: one API key, stored as its hash (``ragloop config new-key``).
+    ``collections`` limits what it may read (unset: every collection); ``admin`` lets it add
+    and delete documents; ``max_concurrency`` replaces the server's per-key limit."""
+
+    hash: str
+    collections: list[str] | None = None
+    admin: bool = False
+    max_concurrency: int | None = Field(default=None, ge=1)
+
+    @field_validator("hash")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        if not _HASH.match(value):
+            raise ValueError(
+                "must be 'sha256:' and 64 hex digits (the hash `ragloop config new-key` prints), "
+                "never the key itself"
+            )
+        return value
+
+    @field_validator("collections")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not all(isinstance(v, str) and v.strip() for v in value):
+            raise ValueError("must be a list of collection names")
+        return value
+
+
+class ServerSettings(_Section):
+    """``[server]``: where ``ragloop serve`` listens and what a request may cost.
+
+    With no ``keys`` the server answers requests from this machine only (and warns when bound
+    to another address). ``max_body_bytes`` and ``max_question_chars`` cap a request,
+    ``deadline_s`` its time (the run gets it as its wall-clock budget, then is cancelled),
+    ``max_concurrency_per_key`` the requests one key runs at once (more are refused with 429).
+    ``traces`` is where runs are stored (default: beside a SQLite knowledge base; give one file
+    shared by every server process behind one PostgreSQL knowledge base)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    keys: dict[str, KeySettings] = Field(default_factory=dict)
+    max_body_bytes: int = Field(default=10_000_000, ge=1)
+    max_question_chars: int = Field(default=4000, ge=1)
+    deadline_s: float = Field(default=120.0, gt=0)
+    max_concurrency_per_key: int = Field(default=16, ge=1)
+    traces: str | None = None
+    cors_origins: list[str] = Field(default_factory=list)
+    mcp: bool = True
+
+
+class MCPSettings(_Section):
+    """``[mcp]``: how ``ragloop mcp`` serves (``stdio`` for a desktop assistant, ``http`` for
+    streamable HTTP at ``http://host:port/mcp``, with the server's keys)."""
+
+    transport: Literal["stdio", "http"] = "stdio"
+    host: str = "127.0.0.1"
+    port: int = Field(default=8001, ge=0, le=65535)
+
+
+class Settings(_Section):
+    """The effective settings: the file's, with the environment's overrides."""
+
+    kb: KBSettings = Field(default_factory=KBSettings)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    budget: BudgetSettings = Field(default_factory=BudgetSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    mcp: MCPSettings = Field(default_factory=MCPSettings)
+    # where they came from, for `ragloop config show` and error messages
+    source: str | None = Field(default=None, exclude=True)
+    overrides: tuple[str, ...] = Field(default=(), exclude=True)
+
+    def masked(self) -> dict[str, Any]:
+        """The settings as data, secrets masked: the model's API key, the password in a
+        PostgreSQL URL, and all but the start of each key's hash."""
+        data = self.model_dump(mode="json", exclude={"source", "overrides"})
+        if self.model.api_key is not None:
+            data["model"]["api_key"] = "****"
+        if data["kb"]["location"]:
+            data["kb"]["location"] = mask_url(data["kb"]["location"])
+        for key in data["server"]["keys"].values():
+            key["hash"] = key["hash"][:15] + "…"
+        return data
+
+
+def mask_url(location: str) -> str:
+    """A URL with its password replaced by ``****``."""
+    return re.sub(r"(//[^:@/]*:)[^@/]*@", r"\1****@", location)
+
+
+# -- finding and reading -----------------------------------------------------------------------
+
+
+def use_config_file(path: str | os.PathLike[str] | None) -> None:
+    """Read settings from ``path`` from now on (``--config``); None goes back to the default
+    search (``$RAGLOOP_CONFIG``, then ``./ragloop.toml``)."""
+    global _chosen
+    _chosen = None if path is None else Path(path).expanduser()
+
+
+def config_path() -> Path | None:
+    """The config file in force, or None when there is none."""
+    if _chosen is not None:
+        return _chosen
+    env = os.environ.get(CONFIG_ENV, "").strip()
+    if env:
+        return Path(env).expanduser()
+    local = Path(CONFIG_FILE)
+    return local if local.is_file() else None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> Settings:
+    """The effective settings: ``path`` (else :func:`config_path`) read, the environment's
+    overrides applied, validated. Raises :class:`ConfigError` naming the bad key."""
+    file = Path(path).expanduser() if path is not None else config_path()
+    data: dict[str, Any] = {}
+    if file is not None:
+        if not file.is_file():
+            raise ConfigError("config", f"no config file at {file}")
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as error:
+            raise ConfigError("config", f"{file} is not valid TOML: {error}") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError("config", f"{file} cannot be read: {error}") from None
+    overrides = _apply_environment(data)
+    where = str(file) if file is not None else "the defaults"
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        key = ".".join(str(part) for part in problem["loc"])
+        env = _env_name(key)
+        origin = f"${env}" if env in overrides else where
+        raise ConfigError(key, f"{problem['msg']} (in {origin})") from None
+    return settings.model_copy(
+        update={"source": str(file) if file else None, "overrides": overrides}
+    )
+
+
+def _env_name(key: str) -> str:
+    return ENV_PREFIX + "__".join(key.split(".")).upper()
+
+
+def _apply_environment(data: dict[str, Any]) -> tuple[str, ...]:
+    """Set the keys the environment overrides in ``data``; the variables used."""
+    used = []
+    if os.environ.get("RAGLOOP_KB"):
+        data.setdefault("kb", {})["location"] = os.environ["RAGLOOP_KB"]
+        used.append("RAGLOOP_KB")
+    for name, raw in sorted(os.environ.items()):
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
+        if not all(path):
+            continue
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(".".join(path), f"${name} sets a key inside a value")
+            node = child
+        node[path[-1]] = _env_value(raw)
+        used.append(name)
+    return tuple(used)
+
+
+def _env_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"value = {raw}")["value"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+# -- API keys ------------------------------------------------------------------------------------
+
+
+def hash_key(key: str) -> str:
+    """How a key is stored: ``sha256:`` and the hex digest. Keys are long random tokens, so a
+    fast hash is safe; the key itself is never stored."""
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def new_key() -> tuple[str, str]:
+    """A new random API key and its hash."""
+    key = KEY_PREFIX + secrets.token_urlsafe(32)
+    return key, hash_key(key)

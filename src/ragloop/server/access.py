@@ -1,0 +1,147 @@
+"""Who may do what: API keys (stored hashed), their collections, admin rights and concurrency.
+
+A request names its key as ``Authorization: Bearer <key>`` (or ``X-API-Key: <key>``); the key's
+hash is looked up among ``[server.keys.*]``. A key limited to collections gets engines and
+searches built over those collections only, so the limit is part of the store's query, never a
+filter applied afterwards. With no key configured the server is local-only: requests from
+loopback addresses act as an administrator, any other is refused.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from ragloop.config import KeySettings, ServerSettings, hash_key
+
+
+class AccessDenied(Exception):
+    """A request may not do what it asks; ``status`` is the HTTP status to answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the key's name (``local`` without keys), the collections it may
+    read (None: all), whether it may add and delete documents, how many runs it may have."""
+
+    name: str
+    collections: tuple[str, ...] | None
+    admin: bool
+    max_concurrency: int
+
+    def scope(self, requested: str | Sequence[str] | None) -> tuple[str, ...] | None:
+        """The collections a request may search: those it names (all when it names none),
+        within the key's own; naming one the key may not read is refused."""
+        if requested is None:
+            return self.collections
+        names = (requested,) if isinstance(requested, str) else tuple(requested)
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise AccessDenied(422, "collection: give collection names")
+        if self.collections is not None:
+            outside = [n for n in names if n not in self.collections]
+            if outside:
+                raise AccessDenied(403, f"this key may not read collection {outside[0]!r}")
+        return tuple(dict.fromkeys(names))
+
+    def may_read(self, collection: object) -> bool:
+        return self.collections is None or collection in self.collections
+
+    def require_admin(self) -> None:
+        if not self.admin:
+            raise AccessDenied(403, "only an admin key may add or delete documents")
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class AccessControl:
+    """Turns a request's key (or its absence) into a :class:`Caller`, and limits how many runs
+    each caller has at once."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        self.by_hash: dict[str, tuple[str, KeySettings]] = {
+            key.hash: (name, key) for name, key in settings.keys.items()
+        }
+        # runs per caller; changed only on the event loop's thread, between awaits
+        self._running: dict[str, int] = {}
+
+    @property
+    def local_only(self) -> bool:
+        return not self.by_hash
+
+    def local_caller(self) -> Caller:
+        """The user of this machine (no keys, or MCP over stdio): reads and writes all."""
+        return Caller("local", None, True, self.settings.max_concurrency_per_key)
+
+    def caller(self, key: str | None, client_host: str | None) -> Caller:
+        if self.local_only:
+            if not is_loopback(client_host):
+                raise AccessDenied(
+                    403,
+                    "this server has no API keys and answers requests from its own machine "
+                    "only; add keys to ragloop.toml ([server.keys.NAME]) to serve others",
+                )
+            return self.local_caller()
+        if not key:
+            raise AccessDenied(401, "give an API key: Authorization: Bearer <key>")
+        found = self.by_hash.get(hash_key(key))
+        if found is None:
+            raise AccessDenied(401, "unknown API key")
+        name, settings = found
+        collections = tuple(settings.collections) if settings.collections is not None else None
+        limit = settings.max_concurrency or self.settings.max_concurrency_per_key
+        return Caller(name, collections, settings.admin, limit)
+
+    def enter(self, caller: Caller) -> None:
+        """Count a run of ``caller``; refused (429) when it has its limit running already."""
+        running = self._running.get(caller.name, 0)
+        if running >= caller.max_concurrency:
+            raise AccessDenied(
+                429, f"this key has {running} requests running, its limit; retry when one ends"
+            )
+        self._running[caller.name] = running + 1
+
+    def leave(self, caller: Caller) -> None:
+        self._running[caller.name] = max(0, self._running.get(caller.name, 1) - 1)
+
+
+def key_of(authorization: str | None, api_key: str | None) -> str | None:
+    """The key a request gives: ``Authorization: Bearer <key>``, else ``X-API-Key``."""
+    if authorization:
+        scheme, _, value = authorization.partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    return api_key.strip() if api_key and api_key.strip() else None
+
+
+def caller_of(
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+    x_api_key: Annotated[str | None, Header()] = None,
+) -> Caller:
+    """The caller of an HTTP request (a FastAPI dependency; the app's ``state.service`` holds
+    the access control)."""
+    access: AccessControl = request.app.state.service.access
+    client = request.client.host if request.client else None
+    return access.caller(key_of(authorization, x_api_key), client)
+
+
+CallerDep = Annotated[Caller, Depends(caller_of)]

@@ -1,0 +1,358 @@
+"""The HTTP app of ``ragloop serve``: REST and SSE over the engines' event streams, an
+OpenAI-compatible route, the web page at ``/``, and MCP at ``/mcp``.
+
+Every route but ``/healthz`` and the page needs a key when keys are configured (see
+:mod:`ragloop.server.access`). ``POST /v1/ask`` and ``POST /v1/retrieve`` answer with JSON, or,
+when asked (``"stream": true`` or ``Accept: text/event-stream``), with server-sent events: one
+per :class:`~ragloop.LoopEvent` (``event: <kind>``, the event as JSON), then ``event: result``
+with the JSON answer, or ``event: error``. A client that disconnects cancels its run; the
+run's trace is stored either way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import metadata
+from importlib.resources import files
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ragloop.core.agent_records import AgentResult
+from ragloop.core.errors import RagloopError
+from ragloop.core.rag_records import LoopResult
+from ragloop.core.retrieval_records import RetrievalResult
+from ragloop.observability.events import EventKind, LoopEvent
+from ragloop.observability.report_html import render_html
+from ragloop.server import openai_compat
+from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server.schemas import (
+    AskRequest,
+    AskResponse,
+    ChunkOut,
+    DeleteResponse,
+    DocumentsRequest,
+    Health,
+    IngestResponse,
+    RetrieveRequest,
+    RetrieveResponse,
+    SearchRequest,
+    SearchResponse,
+)
+from ragloop.server.service import ENGINE_NAMES, Service
+
+logger = logging.getLogger("ragloop.server")
+
+Result = LoopResult | AgentResult | RetrievalResult
+
+
+def create_app(service: Service) -> FastAPI:
+    """The app over ``service`` (the caller keeps and closes the service)."""
+    settings = service.settings.server
+    mcp_app = None
+    if settings.mcp:
+        from ragloop.server.mcp import mcp_http_app
+
+        mcp_app = mcp_http_app(service)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if mcp_app is None:
+            yield
+            return
+        async with mcp_app.router.lifespan_context(mcp_app):
+            yield
+
+    app = FastAPI(
+        title="ragloop",
+        version=_version(),
+        description="Retrieval loops over your knowledge base: search, ask, retrieve, traces.",
+        lifespan=lifespan,
+        max_body_size=settings.max_body_bytes,
+    )
+    app.state.service = service
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "X-API-Key", "Content-Type"],
+        )
+
+    @app.exception_handler(AccessDenied)
+    async def denied(request: Request, error: AccessDenied) -> JSONResponse:
+        return JSONResponse({"detail": error.message}, status_code=error.status)
+
+    @app.exception_handler(TimeoutError)
+    async def past_deadline(request: Request, error: TimeoutError) -> JSONResponse:
+        detail = "the run did not end within the server's deadline"
+        return JSONResponse({"detail": detail}, status_code=504)
+
+    @app.exception_handler(RagloopError)
+    async def bad_setting(request: Request, error: RagloopError) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=422)
+
+    _routes(app, service)
+    openai_compat.add_routes(app, service)
+    if mcp_app is not None:
+        # the MCP app routes /mcp itself: it gets the request with its path as it came
+        app.router.routes.append(Route("/mcp", endpoint=mcp_app, name="mcp"))
+    return app
+
+
+def _routes(app: FastAPI, service: Service) -> None:
+    @app.get("/healthz", response_model=Health, tags=["server"])
+    def healthz() -> Health:
+        """Liveness: the server answers and its knowledge base is open."""
+        backend = "postgresql" if service.kb.path is None else "sqlite"
+        return Health(
+            status="ok",
+            version=_version(),
+            auth=not service.access.local_only,
+            engines=list(ENGINE_NAMES),
+            knowledge_base=backend,
+        )
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse(_page())
+
+    @app.post("/v1/search", response_model=SearchResponse, tags=["retrieval"])
+    async def search(body: SearchRequest, caller: CallerDep) -> SearchResponse:
+        """The chunks most relevant to a query (one search, no loop)."""
+        chunks = await service.search(
+            caller, body.query, top_k=body.top_k, collections=body.collection, mode=body.mode
+        )
+        return SearchResponse(chunks=[ChunkOut.of(c) for c in chunks])
+
+    @app.post(
+        "/v1/ask",
+        response_model=AskResponse,
+        tags=["loops"],
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    async def ask(
+        body: AskRequest, caller: CallerDep, accept: Annotated[str | None, Header()] = None
+    ) -> Response:
+        """Answer a question with a loop; JSON, or its events as they happen."""
+        kind = body.engine or service.settings.engine.default
+        events = service.run(
+            caller,
+            kind,
+            body.question,
+            collections=body.collection,
+            max_iterations=body.max_iterations,
+            top_k=body.top_k,
+            budget=body.budget,
+        )
+        if body.stream or _wants_events(accept):
+            return await _event_stream(events, lambda r, f: _answer(kind, r, f))
+        result, finished = await _finish(events)
+        return JSONResponse(_answer(kind, result, finished).model_dump(mode="json"))
+
+    @app.post(
+        "/v1/retrieve",
+        response_model=RetrieveResponse,
+        tags=["loops"],
+        responses={200: {"content": {"text/event-stream": {}}}},
+    )
+    async def retrieve(
+        body: RetrieveRequest, caller: CallerDep, accept: Annotated[str | None, Header()] = None
+    ) -> Response:
+        """The evidence a RetrievalLoop gathers for a question, with citations' sources."""
+        events = service.run(
+            caller,
+            "evidence",
+            body.question,
+            collections=body.collection,
+            max_iterations=body.max_iterations,
+            top_k=body.top_k,
+            budget=body.budget,
+        )
+        if body.stream or _wants_events(accept):
+            return await _event_stream(events, lambda r, f: _evidence(r, body.top_k))
+        result, _ = await _finish(events)
+        return JSONResponse(_evidence(result, body.top_k).model_dump(mode="json"))
+
+    @app.get("/v1/chunks/{chunk_id}", response_model=ChunkOut, tags=["retrieval"])
+    def chunk(chunk_id: str, caller: CallerDep) -> ChunkOut:
+        """One chunk by id (what a citation or a search result names)."""
+        return ChunkOut.of(service.fetch(caller, chunk_id))
+
+    @app.get("/v1/collections", tags=["retrieval"])
+    def collections(caller: CallerDep) -> list[dict[str, Any]]:
+        """The collections this key may read, with their sizes."""
+        return service.collections(caller)
+
+    @app.get(
+        "/v1/traces/{trace_id}", tags=["traces"], responses={200: {"content": {"text/html": {}}}}
+    )
+    def trace(
+        trace_id: str,
+        caller: CallerDep,
+        format: Annotated[str | None, Query(pattern="^(json|html)$")] = None,
+        accept: Annotated[str | None, Header()] = None,
+    ) -> Response:
+        """A stored run: JSON, or the HTML viewer (``?format=html`` or ``Accept: text/html``)."""
+        record = service.trace(caller, trace_id)
+        if format == "html" or (format is None and "text/html" in (accept or "")):
+            return HTMLResponse(render_html(record))
+        return JSONResponse(record.model_dump(mode="json"))
+
+    @app.post("/v1/documents", response_model=IngestResponse, tags=["documents"])
+    async def add_documents(body: DocumentsRequest, caller: CallerDep) -> IngestResponse:
+        """Add (or replace) documents given as text. Admin keys only."""
+        caller.require_admin()
+        report = await _in_thread(
+            lambda: service.kb.add_documents(body.documents, collection=body.collection)
+        )
+        return IngestResponse(**report.model_dump(exclude={"removed"}))
+
+    @app.post("/v1/documents/files", response_model=IngestResponse, tags=["documents"])
+    async def upload(
+        caller: CallerDep,
+        files: Annotated[list[UploadFile], File(description="Files to ingest.")],
+        collection: Annotated[str, Form()] = "default",
+    ) -> IngestResponse:
+        """Upload files (txt, md, rst, html, json, jsonl, csv, pdf), read as `ragloop ingest`
+        reads them. Admin keys only."""
+        caller.require_admin()
+        with tempfile.TemporaryDirectory(prefix="ragloop-upload-") as folder:
+            paths = []
+            for upload in files:
+                name = Path(upload.filename or "upload.txt").name
+                path = Path(folder) / name
+                path.write_bytes(await upload.read())
+                paths.append(path)
+            report = await _in_thread(lambda: service.kb.ingest(paths, collection=collection))
+        return IngestResponse(**report.model_dump(exclude={"removed"}))
+
+    @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
+    async def delete(
+        caller: CallerDep,
+        source: Annotated[str, Query(min_length=1)],
+        collection: Annotated[str | None, Query()] = None,
+    ) -> DeleteResponse:
+        """Delete a document by its source (every collection unless one is named). Admin keys
+        only."""
+        caller.require_admin()
+        removed = await _in_thread(lambda: service.kb.store.delete_document(source, collection))
+        return DeleteResponse(removed=removed)
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+def _answer(kind: str, result: Result, finished: LoopEvent | None) -> AskResponse:
+    citations = finished.attributes.get("citations", []) if finished else []
+    return AskResponse(
+        run_id=result.run_id,
+        engine=kind,
+        question=result.query,
+        answer=getattr(result, "answer", None),
+        citations=citations,
+        stop_reason=result.stop_reason.value,
+        outcome=result.stop_reason.outcome,
+        iterations=result.iterations,
+        chunks=[ChunkOut.of(c) for c in result.chunks],
+        budget_used=result.budget_used,
+        usage=result.usage,
+        error=result.error,
+        trace_url=f"/v1/traces/{result.run_id}",
+    )
+
+
+def _evidence(result: Result, top_k: int | None) -> RetrieveResponse:
+    chunks = result.chunks[:top_k] if top_k else result.chunks
+    return RetrieveResponse(
+        run_id=result.run_id,
+        question=result.query,
+        stop_reason=result.stop_reason.value,
+        outcome=result.stop_reason.outcome,
+        iterations=result.iterations,
+        chunks=[ChunkOut.of(c) for c in chunks],
+        budget_used=result.budget_used,
+        error=result.error,
+        trace_url=f"/v1/traces/{result.run_id}",
+    )
+
+
+async def _finish(events: AsyncGenerator[Any, None]) -> tuple[Result, LoopEvent | None]:
+    """Read a run to its end: its result and its own run_finished event."""
+    finished: LoopEvent | None = None
+    root: str | None = None
+    async for item in events:
+        if isinstance(item, LoopEvent):
+            root = root or item.run_id
+            if item.kind is EventKind.RUN_FINISHED and item.run_id == root:
+                finished = item
+        else:
+            return item, finished
+    raise RuntimeError("the run ended without a result")
+
+
+def _wants_events(accept: str | None) -> bool:
+    return "text/event-stream" in (accept or "")
+
+
+def sse(event: str, data: Any) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
+
+
+async def _event_stream(events: AsyncGenerator[Any, None], summary: Any) -> StreamingResponse:
+    """The run as server-sent events. Its first event is awaited here, so a request the
+    service refuses gets its HTTP status, not a stream."""
+    first = await events.__anext__()
+
+    async def body() -> AsyncIterator[str]:
+        finished: LoopEvent | None = None
+        item: Any = first
+        try:
+            while True:
+                if isinstance(item, LoopEvent):
+                    if item.kind is EventKind.RUN_FINISHED and item.run_id == first.run_id:
+                        finished = item
+                    yield sse(item.kind.value, item.model_dump(mode="json"))
+                else:
+                    yield sse("result", summary(item, finished).model_dump(mode="json"))
+                    return
+                item = await events.__anext__()
+        except StopAsyncIteration:
+            return
+        except Exception as error:  # the run raised, or hit the hard deadline
+            logger.warning("a streamed run failed: %s", error)
+            message = str(error) or type(error).__name__
+            yield sse("error", {"detail": message, "type": type(error).__name__})
+        finally:
+            await events.aclose()  # a client that went away cancels its run
+
+    return StreamingResponse(
+        body(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _in_thread(work: Any) -> Any:
+    import asyncio
+
+    return await asyncio.to_thread(work)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ragloop")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout
+        return "0"
+
+
+def _page() -> str:
+    return files("ragloop.server").joinpath("page.html").read_text(encoding="utf-8")

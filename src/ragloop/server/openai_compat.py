@@ -1,0 +1,205 @@
+"""``POST /v1/chat/completions`` and ``GET /v1/models`` in OpenAI's wire format, so any OpenAI
+client asks ragloop's loops.
+
+The model name picks the engine (``ragloop-rag``, ``ragloop-agent``, ``ragloop-retrieval``;
+``ragloop`` is the configured default); the last user message is the question. The answer
+keeps its ``Sources:`` line, and the response carries the citations resolved to sources in a
+``sources`` field (the OpenAI client keeps unknown fields: ``completion.sources``, or
+``model_extra``) and the run in ``ragloop`` (run id, stop reason, trace URL). With ``stream:
+true`` the loop's events go out as chunks with an empty delta and the event in ``ragloop``,
+then the answer as content, then a chunk with ``finish_reason: "stop"`` and the ``sources``,
+then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any, Literal
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from ragloop.observability.events import EventKind, LoopEvent
+from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server.service import ENGINE_NAMES, Service
+
+PREFIX = "ragloop"
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    include_usage: bool = False
+
+
+class ChatRequest(BaseModel):
+    """The fields ragloop reads; the others OpenAI defines (temperature, ...) are accepted and
+    have no effect on a loop."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[ChatMessage]
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+
+def engine_of(model: str, default: str) -> str:
+    """The engine a model name picks: ``ragloop-<engine>``, ``<engine>`` or ``ragloop``."""
+    name = model.strip().lower()
+    if name == PREFIX:
+        return default
+    name = name.removeprefix(f"{PREFIX}-")
+    if name not in ENGINE_NAMES:
+        names = ", ".join([PREFIX, *(f"{PREFIX}-{e}" for e in ENGINE_NAMES)])
+        raise AccessDenied(404, f"model {model!r} does not exist; use one of: {names}")
+    return name
+
+
+def question_of(messages: list[ChatMessage]) -> str:
+    """The last user message's text."""
+    for message in reversed(messages):
+        if message.role != "user":
+            continue
+        if isinstance(message.content, str):
+            return message.content
+        parts = [p.get("text", "") for p in message.content or [] if p.get("type") == "text"]
+        return "\n".join(str(p) for p in parts)
+    raise AccessDenied(422, "messages: give at least one user message")
+
+
+def add_routes(app: FastAPI, service: Service) -> None:
+    default = service.settings.engine.default
+
+    @app.get("/v1/models", tags=["openai"])
+    def models(caller: CallerDep) -> dict[str, Any]:
+        """The engines, as OpenAI models."""
+        names = [PREFIX, *(f"{PREFIX}-{e}" for e in ENGINE_NAMES)]
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "ragloop"} for n in names]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions", tags=["openai"])
+    async def chat(body: ChatRequest, caller: CallerDep) -> Response:
+        """Ask a loop in OpenAI's chat completions format (streamed with ``stream: true``)."""
+        kind = engine_of(body.model, default)
+        question = question_of(body.messages)
+        events = service.run(caller, kind, question)
+        first = await events.__anext__()  # a refused request gets its status, not a stream
+        completion = Completion(body.model, first.run_id)
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            return StreamingResponse(
+                completion.chunks(first, events, usage), media_type="text/event-stream"
+            )
+        result, finished = await _drain(first, events)
+        return JSONResponse(completion.whole(result, finished))
+
+
+async def _drain(
+    first: LoopEvent, events: AsyncGenerator[Any, None]
+) -> tuple[Any, LoopEvent | None]:
+    finished = None
+    item: Any = first
+    while isinstance(item, LoopEvent):
+        if item.kind is EventKind.RUN_FINISHED and item.run_id == first.run_id:
+            finished = item
+        item = await events.__anext__()
+    return item, finished
+
+
+class Completion:
+    """One chat completion's JSON, whole or in chunks."""
+
+    def __init__(self, model: str, run_id: str) -> None:
+        self.model = model
+        self.id = f"chatcmpl-{run_id}"
+        self.created = int(time.time())
+
+    def _base(self, kind: Literal["chat.completion", "chat.completion.chunk"]) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+    @staticmethod
+    def _extras(result: Any, finished: LoopEvent | None) -> dict[str, Any]:
+        citations = finished.attributes.get("citations", []) if finished else []
+        return {
+            "sources": citations,
+            "ragloop": {
+                "run_id": result.run_id,
+                "stop_reason": result.stop_reason.value,
+                "iterations": result.iterations,
+                "trace_url": f"/v1/traces/{result.run_id}",
+            },
+        }
+
+    @staticmethod
+    def _usage(result: Any) -> dict[str, int]:
+        usage = result.usage
+        prompt = usage.input_tokens if usage else 0
+        completion = usage.output_tokens if usage else 0
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def whole(self, result: Any, finished: LoopEvent | None) -> dict[str, Any]:
+        answer = getattr(result, "answer", None) or ""
+        return {
+            **self._base("chat.completion"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": answer, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": self._usage(result),
+            **self._extras(result, finished),
+        }
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        data = {**self._base("chat.completion.chunk"), "choices": [choice], **extra}
+        return f"data: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
+
+    async def chunks(
+        self, first: LoopEvent, events: AsyncGenerator[Any, None], usage: bool
+    ) -> AsyncIterator[str]:
+        yield self._chunk({"role": "assistant", "content": ""})
+        finished: LoopEvent | None = None
+        item: Any = first
+        try:
+            while isinstance(item, LoopEvent):
+                if item.kind is EventKind.RUN_FINISHED and item.run_id == first.run_id:
+                    finished = item
+                yield self._chunk({}, ragloop={"event": item.model_dump(mode="json")})
+                item = await events.__anext__()
+        except Exception as error:  # the run raised: say so in the stream, then end it
+            message = str(error) or type(error).__name__
+            yield self._chunk({"content": f"(the loop failed: {message})"}, "stop")
+            yield "data: [DONE]\n\n"
+            return
+        finally:
+            await events.aclose()
+        answer = getattr(item, "answer", None) or ""
+        yield self._chunk({"content": answer})
+        yield self._chunk({}, "stop", **self._extras(item, finished))
+        if usage:
+            data = {
+                **self._base("chat.completion.chunk"),
+                "choices": [],
+                "usage": self._usage(item),
+            }
+            yield f"data: {json.dumps(data)}\n\n"
+        yield "data: [DONE]\n\n"

@@ -1,0 +1,143 @@
+"""What the HTTP API takes and returns (the OpenAPI schema at /openapi.json is made from these)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ragloop.core.budget import Budget, BudgetSpend
+from ragloop.core.records import Chunk, Usage
+from ragloop.retrieval.knowledge_base import Document
+
+EngineName = Literal["rag", "agent", "retrieval"]
+Collections = str | list[str] | None
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchRequest(_Request):
+    query: str = Field(description="What to search for.")
+    top_k: int = Field(default=5, ge=1, le=100)
+    collection: Collections = Field(default=None, description="A name or a list (default: all).")
+    mode: Literal["bm25", "dense", "hybrid"] = "hybrid"
+
+
+class ChunkOut(BaseModel):
+    """A chunk as the API shows it."""
+
+    id: str
+    source: str
+    title: str | None = None
+    collection: str | None = None
+    score: float
+    text: str
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of(cls, chunk: Chunk) -> ChunkOut:
+        title = chunk.metadata.get("title")
+        collection = chunk.metadata.get("collection")
+        return cls(
+            id=chunk.id,
+            source=chunk.source,
+            title=title if isinstance(title, str) else None,
+            collection=collection if isinstance(collection, str) else None,
+            score=round(chunk.score, 6),
+            text=chunk.content,
+            metadata={k: v for k, v in chunk.metadata.items() if k not in ("title", "collection")},
+        )
+
+
+class SearchResponse(BaseModel):
+    chunks: list[ChunkOut]
+
+
+class AskRequest(_Request):
+    question: str
+    engine: EngineName | None = Field(default=None, description="Default: the config's.")
+    collection: Collections = None
+    max_iterations: int | None = Field(default=None, ge=1, le=50)
+    top_k: int | None = Field(default=None, ge=1, le=100)
+    budget: Budget | None = Field(default=None, description="Lowered to the server's caps.")
+    stream: bool = Field(
+        default=False, description="Answer with text/event-stream (as Accept: text/event-stream)."
+    )
+
+
+class RetrieveRequest(_Request):
+    question: str
+    collection: Collections = None
+    max_iterations: int | None = Field(default=None, ge=1, le=50)
+    top_k: int | None = Field(default=None, ge=1, le=100)
+    budget: Budget | None = None
+    stream: bool = False
+
+
+class Citation(BaseModel):
+    number: int
+    label: str
+    chunk_id: str | None = None
+    source: str
+    title: str | None = None
+    score: float | None = None
+
+
+class AskResponse(BaseModel):
+    """A finished run: its answer with the citations resolved to sources, why it stopped, what
+    it used; ``trace_url`` shows every step."""
+
+    run_id: str
+    engine: str
+    question: str
+    answer: str | None
+    citations: list[Citation]
+    stop_reason: str
+    outcome: str
+    iterations: int
+    chunks: list[ChunkOut]
+    budget_used: BudgetSpend
+    usage: Usage | None = None
+    error: str | None = None
+    trace_url: str
+
+
+class RetrieveResponse(BaseModel):
+    """The evidence a RetrievalLoop gathered, best first."""
+
+    run_id: str
+    question: str
+    stop_reason: str
+    outcome: str
+    iterations: int
+    chunks: list[ChunkOut]
+    budget_used: BudgetSpend
+    error: str | None = None
+    trace_url: str
+
+
+class DocumentsRequest(_Request):
+    documents: list[Document] = Field(min_length=1)
+    collection: str = "default"
+
+
+class IngestResponse(BaseModel):
+    added: int
+    updated: int
+    unchanged: int
+    skipped: list[tuple[str, str]]
+    chunks_added: int
+
+
+class DeleteResponse(BaseModel):
+    removed: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    auth: bool = Field(description="Whether requests need an API key.")
+    engines: list[str]
+    knowledge_base: str

@@ -1,0 +1,206 @@
+"""What the HTTP API and the MCP server do, once: a client of the public API and of the engines'
+event streams, like the CLI.
+
+One :class:`Service` holds the knowledge base, the settings, the engines (one per kind, scope
+and settings, built on first use and shared by concurrent requests: an engine holds no per-run
+state) and the trace recorder. A caller limited to collections gets engines built over a
+retriever of those collections: the offline components search through it too, so the limit is
+in every query the store runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragloop.cli.common import traces_file
+from ragloop.config import Settings
+from ragloop.core.budget import Budget
+from ragloop.core.errors import ConfigError
+from ragloop.core.records import Chunk
+from ragloop.engines.retrieval import RetrievalLoop
+from ragloop.observability.events import LoopEvent
+from ragloop.observability.stream import RunStream
+from ragloop.observability.traces import (
+    TraceRecord,
+    TraceRecorder,
+    TraceStore,
+    trace_meta,
+    traces_path_for,
+)
+from ragloop.offline import ENGINES
+from ragloop.providers import resolve_model
+from ragloop.retrieval.knowledge_base import KnowledgeBase, SearchMode
+from ragloop.server.access import AccessControl, AccessDenied, Caller
+
+logger = logging.getLogger("ragloop.server")
+
+ENGINE_NAMES = tuple(sorted(ENGINES))
+EVIDENCE = "evidence"
+MAX_ENGINES = 64  # engines kept (kinds x scopes x settings); the least used is dropped
+
+
+class Service:
+    """The knowledge base served, to callers with their access. :meth:`close` ends it."""
+
+    def __init__(
+        self, kb: KnowledgeBase, settings: Settings, *, traces: TraceStore | None = None
+    ) -> None:
+        self.kb = kb
+        self.settings = settings
+        self.access = AccessControl(settings.server)
+        self.model = resolve_model(settings.model.spec, **settings.model.options())
+        if traces is None:
+            traces = TraceStore(traces_location(kb, settings))
+        self.traces = traces
+        self.recorder = TraceRecorder(traces, meta={"served": True, "model": settings.model.spec})
+        self.recorder.__enter__()
+        self._engines: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self.recorder.__exit__(None, None, None)
+        self.traces.close()
+
+    # -- engines ------------------------------------------------------------------------------
+    def engine(
+        self,
+        kind: str,
+        scope: tuple[str, ...] | None,
+        *,
+        max_iterations: int | None = None,
+        top_k: int | None = None,
+    ) -> Any:
+        """The engine of ``kind`` over the collections ``scope`` (None: all); kind
+        ``evidence`` is the RetrievalLoop alone (what /v1/retrieve runs)."""
+        if kind not in ENGINES and kind != EVIDENCE:
+            raise ConfigError("engine", f"must be one of {', '.join(ENGINE_NAMES)}, got {kind!r}")
+        options = self.settings.engine.settings(kind) if kind != EVIDENCE else {}
+        if max_iterations is not None:
+            options["max_iterations"] = max_iterations
+        if top_k is not None and kind != "agent":
+            options["top_k"] = top_k
+        key = (kind, scope, tuple(sorted(options.items())))
+        with self._lock:
+            if key in self._engines:
+                self._engines.move_to_end(key)
+                return self._engines[key]
+        source: Any = self.kb if scope is None else self.kb.retriever(collection=list(scope))
+        if kind == "agent" and scope is not None:
+            options["collections"] = list(scope)
+        if kind == EVIDENCE:
+            engine = RetrievalLoop.offline(source, model=self.model, **options)
+        else:
+            engine = ENGINES[kind](source, model=self.model, **options)
+        with self._lock:
+            self._engines[key] = engine
+            while len(self._engines) > MAX_ENGINES:
+                self._engines.popitem(last=False)
+        return engine
+
+    def budget(self, requested: Budget | None = None) -> Budget:
+        """A run's budget: the config's, lowered by the request's, the deadline as its
+        wall-clock cap."""
+        caps = self.settings.budget.model_dump()
+        caps["max_wall_ms"] = _lowest(caps["max_wall_ms"], self.settings.server.deadline_s * 1000)
+        if requested is not None:
+            for name, value in requested.model_dump().items():
+                caps[name] = _lowest(caps[name], value)
+        return Budget(**caps)
+
+    def check_question(self, question: str) -> str:
+        limit = self.settings.server.max_question_chars
+        if not isinstance(question, str) or not question.strip():
+            raise AccessDenied(422, "question: give a question")
+        if len(question) > limit:
+            raise AccessDenied(413, f"question: longer than {limit} characters")
+        return question
+
+    # -- what callers do ----------------------------------------------------------------------
+    async def search(
+        self,
+        caller: Caller,
+        query: str,
+        *,
+        top_k: int = 5,
+        collections: str | Sequence[str] | None = None,
+        mode: SearchMode = "hybrid",
+    ) -> list[Chunk]:
+        self.check_question(query)
+        scope = caller.scope(collections)
+        collection = None if scope is None else list(scope)
+        return await self.kb.asearch(query, top_k=top_k, collection=collection, mode=mode)
+
+    async def run(
+        self,
+        caller: Caller,
+        kind: str,
+        question: str,
+        *,
+        collections: str | Sequence[str] | None = None,
+        max_iterations: int | None = None,
+        top_k: int | None = None,
+        budget: Budget | None = None,
+    ) -> AsyncGenerator[LoopEvent | Any, None]:
+        """The run's events, then its result; the run holds one of the caller's slots, is
+        cut off at the deadline, and is cancelled (its trace stored) when the reader stops."""
+        self.check_question(question)
+        scope = caller.scope(collections)
+        engine = self.engine(kind, scope, max_iterations=max_iterations, top_k=top_k)
+        self.access.enter(caller)
+        try:
+            with trace_meta(key=caller.name, engine=kind):
+                stream: RunStream[Any] = engine.astream(question, budget=self.budget(budget))
+            # the budget stops the loop at the deadline with its best answer; this cuts off a
+            # component that does not give the loop a chance to check
+            async with asyncio.timeout(self.settings.server.deadline_s + 5.0), stream:
+                async for event in stream:
+                    yield event
+            yield stream.result
+        finally:
+            self.access.leave(caller)
+
+    def fetch(self, caller: Caller, chunk_id: str) -> Chunk:
+        """A chunk by id, if the caller may read its collection."""
+        found = self.kb.store.get_chunks([chunk_id])
+        if not found or not caller.may_read(found[0].metadata.get("collection")):
+            raise AccessDenied(404, f"no chunk {chunk_id!r}")
+        return found[0]
+
+    def trace(self, caller: Caller, trace_id: str) -> TraceRecord:
+        """A stored run, if the caller asked it (an admin reads every run)."""
+        from ragloop.core.errors import TraceNotFound
+
+        try:
+            record = self.traces.get(trace_id)
+        except TraceNotFound:
+            raise AccessDenied(404, f"no trace {trace_id!r}") from None
+        if not caller.admin and record.meta.get("key") != caller.name:
+            raise AccessDenied(404, f"no trace {trace_id!r}")
+        return record
+
+    def collections(self, caller: Caller) -> list[dict[str, Any]]:
+        return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]
+
+
+def traces_location(kb: KnowledgeBase, settings: Settings) -> Path:
+    """Where runs are stored: ``[server] traces``, else beside a SQLite knowledge base, else
+    (PostgreSQL) the user data folder, as ``ragloop ask`` stores them."""
+    if settings.server.traces:
+        return Path(settings.server.traces).expanduser()
+    if kb.path is not None:
+        return traces_path_for(kb.path)
+    return traces_file(settings.kb.location)
+
+
+def _lowest(a: float | None, b: float | None) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)

@@ -1,0 +1,121 @@
+"""The web page at / in a real browser: headless Chromium (Debian's chromium and
+chromium-driver) driven by selenium."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="the page tests need selenium")
+
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support import expected_conditions as ready  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+from ragloop.config import Settings  # noqa: E402
+from tests.server.conftest import KEYS, serving  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER),
+    reason="no Chromium here: install Debian's chromium and chromium-driver (make test does)",
+)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1200,1600",
+    ):
+        options.add_argument(flag)
+    service = webdriver.ChromeService(executable_path=DRIVER)
+    driver = webdriver.Chrome(options=options, service=service)
+    yield driver
+    driver.quit()
+
+
+def wait(browser, seconds: float = 60) -> WebDriverWait:
+    return WebDriverWait(browser, seconds)
+
+
+def ask(browser, url: str, question: str) -> None:
+    browser.get(url + "/")
+    box = browser.find_element(By.ID, "question")
+    box.clear()
+    box.send_keys(question)
+    browser.find_element(By.ID, "ask").click()
+    wait(browser).until(ready.visibility_of_element_located((By.ID, "answer")))
+
+
+def test_a_person_asks_watches_the_iterations_and_follows_a_citation(browser, kb_file, tmp_path):
+    with serving(kb_file, Settings(), tmp_path) as (url, _):  # no keys: local only
+        ask(browser, url, "How much does the Skylark 2 weigh?")
+        steps = browser.find_elements(By.CSS_SELECTOR, "#steps .step")
+        assert steps, "each iteration is shown as it arrives"
+        first = steps[0].text
+        assert "Iteration 1" in first
+        assert "query" in first
+        assert "skylark.md" in first
+        assert "verdict" in first  # the evaluator's score and reason
+        answer = browser.find_element(By.ID, "answer-text").text
+        assert "2.1 kg" in answer
+        cite = browser.find_element(By.CSS_SELECTOR, "#answer-text a.cite")
+        cite.click()
+        source = wait(browser).until(
+            ready.visibility_of_element_located((By.CSS_SELECTOR, "#answer-sources li.active"))
+        )
+        assert "skylark.md" in source.text
+        chunk = wait(browser).until(
+            ready.visibility_of_element_located((By.CSS_SELECTOR, "li.active .chunk-text"))
+        )
+        assert "2.1 kg" in chunk.text
+        assert "stopped:" in browser.find_element(By.ID, "stop-line").text
+        link = browser.find_element(By.ID, "trace-link")
+        run_id = link.get_attribute("data-run-id")
+        assert run_id
+        link.click()
+        wait(browser).until(lambda b: len(b.window_handles) > 1)
+        browser.switch_to.window(browser.window_handles[-1])
+        wait(browser).until(lambda b: "Skylark" in b.page_source)
+        assert run_id[:12] in browser.page_source
+        browser.close()
+        browser.switch_to.window(browser.window_handles[0])
+
+
+def test_with_keys_the_page_asks_for_one_and_the_key_limits_what_it_sees(
+    browser, kb_file, tmp_path
+):
+    from tests.server.conftest import key_settings
+
+    with serving(kb_file, key_settings(), tmp_path) as (url, _):
+        browser.get(url + "/")
+        key = wait(browser).until(ready.visibility_of_element_located((By.ID, "api-key")))
+        browser.find_element(By.ID, "question").send_keys("What does the Nimbus tent weigh?")
+        browser.find_element(By.ID, "ask").click()
+        status = wait(browser).until(ready.text_to_be_present_in_element((By.ID, "status"), "401"))
+        assert status
+        key.send_keys(KEYS["alice"])
+        browser.execute_script(
+            "document.getElementById('api-key').dispatchEvent(new Event('change'))"
+        )
+        browser.find_element(By.ID, "ask").click()
+        wait(browser).until(ready.visibility_of_element_located((By.ID, "answer")))
+        page = browser.find_element(By.TAG_NAME, "main").text
+        assert "launch.md" not in page
+        assert "900 grams" not in page
+        options = [o.text for o in browser.find_elements(By.CSS_SELECTOR, "#collection option")]
+        assert any(o.startswith("public") for o in options)
+        assert not any(o.startswith("secret") for o in options)
+        browser.execute_script("localStorage.clear()")

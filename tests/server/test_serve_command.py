@@ -1,0 +1,166 @@
+"""`ragloop serve` as a user runs it (a process of its own), on SQLite and, scaled out, as two
+processes over one PostgreSQL knowledge base."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO
+
+import httpx
+import pytest
+
+from ragloop.cli.serve import exposure_warning
+from ragloop.config import hash_key
+from tests.server.conftest import KEYS, PUBLIC, SECRET, auth
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def ragloop_serve(*args: str, config: Path | None = None) -> Iterator[str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLOOP_")}
+    if config is not None:
+        env["RAGLOOP_CONFIG"] = str(config)
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "ragloop", "serve", "--port", str(port), *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
+        try:
+            yield wait_until_up(f"http://127.0.0.1:{port}", process, log)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def wait_until_up(url: str, process: subprocess.Popen[str], log: IO[str]) -> str:
+    deadline = time.monotonic() + 120
+    while True:
+        if process.poll() is not None:
+            log.seek(0)
+            raise AssertionError(f"ragloop serve ended: {log.read()}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return url
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("ragloop serve did not start")
+        time.sleep(0.2)
+
+
+def test_serve_answers_on_loopback_with_its_page_and_api(kb_file, tmp_path):
+    config = tmp_path / "ragloop.toml"
+    config.write_text(f'[server]\ntraces = "{tmp_path / "traces.sqlite"}"\n', encoding="utf-8")
+    with ragloop_serve("--kb", str(kb_file), config=config) as url:
+        assert "<title>ragloop</title>" in httpx.get(url).text
+        answer = httpx.post(
+            f"{url}/v1/ask", json={"question": "How much does the Skylark 2 weigh?"}, timeout=120
+        ).json()
+        assert "2.1 kg" in answer["answer"]
+        trace = httpx.get(f"{url}{answer['trace_url']}").json()
+        assert trace["meta"]["key"] == "local"
+        assert httpx.get(f"{url}/docs").status_code == 200
+
+
+def test_a_server_bound_beyond_loopback_without_keys_warns():
+    assert exposure_warning("127.0.0.1", has_keys=False) is None
+    assert exposure_warning("::1", has_keys=False) is None
+    assert exposure_warning("0.0.0.0", has_keys=True) is None
+    warning = exposure_warning("0.0.0.0", has_keys=False)
+    assert warning is not None
+    assert "no API keys" in warning
+
+
+@pytest.fixture
+def postgres_kb(postgres_server, request) -> str:
+    """A database of the test's own on the session's PostgreSQL."""
+    import psycopg
+
+    name = "scale_" + str(abs(hash(request.node.nodeid)) % 10**8)
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_server.dsn_for(name)
+
+
+def test_two_servers_over_one_postgresql_share_documents_and_traces(postgres_kb, tmp_path):
+    from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
+
+    with PostgresKnowledgeBase(postgres_kb, embedder="hash") as kb:
+        kb.add_documents(PUBLIC, collection="public")
+        kb.add_documents(SECRET, collection="secret")
+    config = tmp_path / "ragloop.toml"
+    config.write_text(
+        f"""
+[kb]
+location = "{postgres_kb}"
+
+[server]
+traces = "{tmp_path / "traces.sqlite"}"
+
+[server.keys.alice]
+hash = "{hash_key(KEYS["alice"])}"
+collections = ["public"]
+
+[server.keys.root]
+hash = "{hash_key(KEYS["root"])}"
+admin = true
+""",
+        encoding="utf-8",
+    )
+    with ragloop_serve(config=config) as first, ragloop_serve(config=config) as second:
+        assert httpx.get(f"{first}/healthz").json()["knowledge_base"] == "postgresql"
+        doc = {"source": "stoves.md", "text": "The Ember stove boils a litre in four minutes."}
+        added = httpx.post(
+            f"{first}/v1/documents",
+            json={"documents": [doc], "collection": "public"},
+            headers=auth("root"),
+            timeout=60,
+        )
+        assert added.json()["added"] == 1, added.text
+        found = httpx.post(
+            f"{second}/v1/search", json={"query": "Ember stove litre"}, headers=auth("alice")
+        ).json()["chunks"]
+        assert found[0]["source"] == "stoves.md"  # written by one process, read by the other
+
+        async def ask_both() -> list[dict]:
+            async with httpx.AsyncClient(headers=auth("alice"), timeout=120) as client:
+                replies = await asyncio.gather(
+                    *(
+                        client.post(f"{url}/v1/ask", json={"question": q})
+                        for url in (first, second)
+                        for q in ("How much does the Skylark 2 weigh?", "How long do refunds take?")
+                    )
+                )
+            assert all(r.status_code == 200 for r in replies), [r.text for r in replies]
+            return [r.json() for r in replies]
+
+        answers = asyncio.run(ask_both())
+        assert "2.1 kg" in answers[0]["answer"]
+        for answer in answers:
+            assert {c["collection"] for c in answer["chunks"]} <= {"public"}
+        # a run answered by one process is read through the other: one trace store
+        made_by_second = answers[2]["trace_url"]
+        assert httpx.get(f"{first}{made_by_second}", headers=auth("alice")).status_code == 200
