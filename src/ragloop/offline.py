@@ -48,9 +48,9 @@ def _retriever(source: Any) -> Retriever:
 
 # The offline judge's score is a calibrated chance of being right (HeuristicEvaluator), and a
 # quoted answer's chance seldom passes 0.8 even when it is right (BENCHMARKS.md: reliability of
-# the offline judge), so the offline loops converge at 0.6: an answer they stand by is right
-# at least three times in five. An LLM judge keeps ragsnag's 0.8.
-OFFLINE_CONFIDENCE = 0.6
+# the offline judge), so the offline loops converge at 0.5: they stand by an answer the judge
+# finds more likely right than wrong. An LLM judge keeps ragsnag's 0.8.
+OFFLINE_CONFIDENCE = 0.5
 
 
 # -- searching through RetrievalLoop.offline ----------------------------------------------------

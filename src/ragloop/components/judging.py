@@ -14,8 +14,9 @@ the knowledge base, the way :class:`~ragloop.HeuristicEvaluator` and
   a version, a default value, ...);
 - **foreign terms**: the weight of question words the documents never use, nothing in the
   answer stands for, and that are names or jargon rather than everyday English (a question
-  about ``bitcoin`` in a shop handbook; an everyday word such as "policy" that no document uses
-  is not missing content, and coverage leaves it out);
+  about ``bitcoin`` in a shop handbook). A generic word such as "policy" or "happens" that no
+  document uses is not missing content, and coverage leaves it out; an everyday content word
+  ("rent") that nothing in the answer stands for is missing from coverage;
 - **parts**, **grounding** and **evidence coverage**, and how much the question asks (its
   number of content terms: a long question is harder to answer with a few quoted sentences).
 
@@ -45,7 +46,7 @@ from ragloop.components.extractive import (
     split_chunks,
 )
 from ragloop.components.grounding import LexicalGrounder
-from ragloop.components.questions import QuestionProfile, gives_answer_type
+from ragloop.components.questions import QuestionProfile, gives_answer_type, is_generic
 from ragloop.components.text import (
     content_stems,
     entity_phrases,
@@ -60,7 +61,8 @@ from ragloop.core.records import Chunk
 MANY_TERMS = 12  # a question with this many content terms asks a lot (multi-hop, multi-part)
 RECENT_ANALYSES = 64  # analyses an AnswerJudge keeps (one loop's generator and evaluator share)
 SUPPORT_SIMILARITY = 0.85  # embedding cosine at which a paraphrase counts as supported
-COMPLETE_COVERAGE = 0.75  # weighted share of the question's terms a complete answer covers
+COMPLETE_COVERAGE = 0.75
+UNFINISHED_AT_MOST = 0.4  # the most an unfinished answer (a part or hop missing) can score  # weighted share of the question's terms a complete answer covers
 
 
 @dataclass
@@ -120,14 +122,14 @@ ANSWER_FEATURES = (
     "evidence",
 )
 ANSWER_COEFFICIENTS = {
-    "bias": -3.50,
-    "coverage": 1.84,
-    "names": 0.90,
-    "similarity": 2.51,
+    "bias": -3.84,
+    "coverage": 1.79,
+    "names": 0.84,
+    "similarity": 3.13,
     "typed": 0.00,
     "untyped": 0.00,
-    "length": -0.79,
-    "foreign": -0.51,
+    "length": -0.69,
+    "foreign": -1.04,
     "parts_missing": 0.00,
     "ungrounded": -3.0,  # not fitted: extractive answers are always grounded (see above)
     "evidence": 0.00,
@@ -135,16 +137,16 @@ ANSWER_COEFFICIENTS = {
 
 
 ANSWER_LEXICAL = {  # the same without an embedder
-    "bias": -2.65,
-    "coverage": 2.21,
-    "names": 1.12,
+    "bias": -2.91,
+    "coverage": 2.19,
+    "names": 1.36,
     "typed": 0.00,
     "untyped": 0.00,
-    "length": -0.29,
+    "length": -0.08,
     "foreign": 0.00,
-    "parts_missing": -0.50,
+    "parts_missing": -0.63,
     "ungrounded": -3.0,
-    "evidence": 0.06,
+    "evidence": 0.00,
 }
 
 
@@ -166,11 +168,17 @@ def answer_features(asked: QuestionProfile, found: Analysis) -> dict[str, float]
 
 
 def answer_probability(asked: QuestionProfile, found: Analysis) -> float:
-    """The chance that the answer analysed is right (0 when there is no answer)."""
+    """The chance that the answer analysed is right (0 when there is no answer). An answer
+    that leaves a part of the question uncovered, or points to a document not yet read for
+    what was asked (a second hop), is unfinished whatever its other features say: it gets at
+    most :data:`UNFINISHED_AT_MOST`, so a loop goes on to finish it."""
     if not found.answered:
         return 0.0
     coefficients = ANSWER_COEFFICIENTS if found.embedded else ANSWER_LEXICAL
-    return logistic(coefficients, answer_features(asked, found))
+    probability = logistic(coefficients, answer_features(asked, found))
+    if found.hops or found.uncovered_parts:
+        return min(probability, UNFINISHED_AT_MOST)
+    return probability
 
 
 def names_given(asked: QuestionProfile, text: str, backing: list[Chunk]) -> float:
@@ -274,20 +282,21 @@ class AnswerJudge:
         soft = (
             set().union(*soft_matches(self.corpus, asked.terms, [text])) if self.corpus else set()
         )
-        # A word no document uses, and nothing in the answer stands for, is either everyday
-        # English ("policy", "happens": no answer could say it, so it is not missing content)
-        # or a name the documents never mention ("bitcoin": they do not cover it).
+        # A word no document uses, and nothing in the answer stands for, is either a generic
+        # word ("policy", "happens": no answer needs to say it, so it is not missing content),
+        # an everyday word the answer misses ("rent" answered about cooking), or a name the
+        # documents never mention ("bitcoin": they do not cover it, a heavier fault).
         unread = [t for t in found.foreign if t not in found.read_as and stem(t) not in soft]
-        everyday = {stem(t) for t in unread if is_common_word(t)}
+        generic = {stem(t) for t in unread if is_generic(t)}
         loose = loose_stems(text) - content_stems(" ".join(chunk_context(c) for c in backing))
         found.answer_coverage = scorer.coverage(
-            said, context, context_weight=1.0, soft=soft, loose=loose, ignore=everyday
+            said, context, context_weight=1.0, soft=soft, loose=loose, ignore=generic
         )
         found.names_given = names_given(asked, text, backing)
         found.similarity = self._similarity(asked, chunks, sentences)
         weights = scorer.weights
         total = sum(weights.values()) or 1.0
-        names = [t for t in unread if stem(t) not in everyday]
+        names = [t for t in unread if not is_common_word(t) and stem(t) not in generic]
         found.foreign_share = sum(weights.get(stem(t), 0.0) for t in names) / total
         found.focus_missing = [t for t in asked.focus if stem(t) not in said | context | soft]
         weights = set(scorer.weights)

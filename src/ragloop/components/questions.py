@@ -24,6 +24,26 @@ from dataclasses import dataclass
 from ragloop.components.text import code_names, content_terms, entity_phrases, stem, tokenize
 
 # A clause boundary: "?", ";", or a conjunction followed by a question word or an auxiliary.
+# Words that name the kind of information a question wants rather than its subject ("the
+# refund *policy*", "what *happens* when", "the *difference* between"): an answer gives the
+# policy without saying "policy", so a document that never uses one of these is not missing
+# content. Everything else a question says is content, everyday words included ("rent").
+GENERIC_WORDS = frozenset(
+    """policy policies rule rules regulation regulations procedure procedures process
+    program programs programme method methods way ways approach thing things kind kinds sort
+    sorts type types manner means matter matters aspect aspects detail details information
+    info situation situations case cases circumstance circumstances condition conditions
+    happen happens happened happening occur occurs occurred difference differences purpose
+    meaning mean means work works working handle handles handled deal deals dealt
+    option options setting settings""".split()
+)
+
+
+def is_generic(word: str) -> bool:
+    """Whether ``word`` names the kind of information asked for (see :data:`GENERIC_WORDS`)."""
+    return word.lower() in GENERIC_WORDS
+
+
 CLAUSE_SPLIT = re.compile(
     r"\?\s+|;\s*|,?\s+(?:and|but|also|as well as)\s+(?=(?:what|which|who|whom|whose|when|where|"
     r"why|how|is|are|was|were|does|do|did|can|could|should|will|would|has|have)\b)",
@@ -79,7 +99,8 @@ _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
             re.I,
         ),
         "amount",
-        frozenset(),
+        # an amount answers them: "A tent can be hired for £12 a night" gives the cost
+        frozenset({"cost", "costs", "price", "prices", "charge", "charges", "fee", "fees"}),
     ),
     (
         re.compile(
