@@ -25,7 +25,7 @@ TARGET = HERE.parent / "BENCHMARKS.md"
 HEADER = """# Benchmarks
 
 Every figure below was measured by the command its section names, on the machine its section
-names; `make bench` reruns every `bench_*.py` module (under 20 minutes on a 2-core machine) and
+names; `make bench` reruns every `bench_*.py` module (about half an hour on a 2-core machine) and
 `python benchmarks/run.py --slow` the slow ones too. Ratios compare ragloop with the alternative
 a user would pick, measured in the same run.
 """

@@ -117,3 +117,20 @@ def test_version_and_help():
     help_text = ragloop("--help").stdout
     for command in ("ingest", "search", "kb"):
         assert command in help_text
+
+
+def test_ingest_text_now_and_embed_later(kb_env):
+    _tmp_path, docs, env = kb_env
+    ingest = ragloop("ingest", str(docs), "--embedder", "hash", "--vectors", "later", env=env)
+    assert ingest.returncode == 0, ingest.stderr
+    assert "chunks have no vector yet" in ingest.stdout
+    assert "ragloop kb embed" in ingest.stdout
+    stats = json.loads(ragloop("kb", "stats", "--json", env=env).stdout)
+    assert stats["vectors_missing"] == stats["chunks"] > 0
+    hits = json.loads(ragloop("search", "tent weight", "--json", env=env).stdout)
+    assert hits[0]["source"] == "camping/tents.md"  # keyword search works meanwhile
+    embed = ragloop("kb", "embed", env=env)
+    assert embed.returncode == 0, embed.stderr
+    assert f"embedded {stats['chunks']} chunks" in embed.stdout
+    assert json.loads(ragloop("kb", "stats", "--json", env=env).stdout)["vectors_missing"] == 0
+    assert "every chunk has its vector" in ragloop("kb", "embed", env=env).stdout

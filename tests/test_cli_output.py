@@ -52,7 +52,10 @@ def corpus(tmp_path):
 
 def test_piped_listings_are_plain_tab_separated_lines(corpus):
     out = ragloop("ingest", "docs", "--kb", "kb.sqlite", "--embedder", "hash", cwd=corpus)
-    assert "added\tupdated\tunchanged\tremoved\tskipped\tchunks added\n1\t0\t0\t0\t1\t1\n" in out
+    assert (
+        "added\tupdated\tunchanged\tremoved\tskipped\tchunks added\tembedded\n1\t0\t0\t0\t1\t1\t1\n"
+        in out
+    )
     assert f"file\treason\ndocs/{LONG_NAME}\tbinary file (contains NUL bytes)\n" in out
     found = ragloop("search", "tent weight", "--kb", "kb.sqlite", cwd=corpus).splitlines()
     assert found[0] == "#\tscore\tsource\ttext"

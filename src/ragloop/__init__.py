@@ -117,7 +117,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "get_embedder",
     ),
     "ragloop.retrieval.embedding_cache": ("ExactEmbeddingCache", "SemanticEmbeddingCache"),
-    "ragloop.retrieval.ingest": ("IngestInterrupted", "IngestReport"),
+    "ragloop.retrieval.ingest": ("IngestInterrupted", "IngestProgress", "IngestReport"),
     "ragloop.retrieval.knowledge_base": (
         "DenseSearchUnavailable",
         "Document",
@@ -323,6 +323,7 @@ if _typing.TYPE_CHECKING:
     )
     from ragloop.retrieval.ingest import (
         IngestInterrupted,
+        IngestProgress,
         IngestReport,
     )
     from ragloop.retrieval.knowledge_base import (
@@ -384,6 +385,7 @@ __all__ = [
     "HeuristicReformulator",
     "HeuristicUnderstander",
     "IngestInterrupted",
+    "IngestProgress",
     "IngestReport",
     "KeywordRefiner",
     "KnowledgeBase",

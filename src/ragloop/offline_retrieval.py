@@ -20,7 +20,12 @@ from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriev
 from ragloop.retrieval.routing import RetrievalRouter
 
 # what offline_retrieval_loop sets where RetrievalLoopConfig's defaults are not the best offline
-OFFLINE_DEFAULTS: dict[str, Any] = {"max_iterations": 2, "follow_links": 1, "top_k": 20}
+OFFLINE_DEFAULTS: dict[str, Any] = {
+    "max_iterations": 2,
+    "follow_links": 1,
+    "top_k": 20,
+    "direct_first": True,
+}
 
 
 def offline_retrieval_loop(
@@ -38,6 +43,11 @@ def offline_retrieval_loop(
       chunk names join the evidence right after it;
     - ``max_iterations=2``: on HotpotQA and MuSiQue a second hop helps, a third no longer does
       (BENCHMARKS.md);
+    - ``direct_first=True``: the question's own search ranks first; a hop (a link, the second
+      search) moves up a chunk that search found too, and adds the chunks only it found after
+      its results, so no hop that goes astray pushes the question's best chunks down (pydocs
+      questions: page@5 as one search's; HotpotQA: recall@5 of both gold passages up, see
+      BENCHMARKS.md);
     - ``top_k=20`` chunks per search: documents often span several chunks, and with 10 the
       first ten of the evidence held fewer distinct documents than one search's top ten
       (FiQA: recall@10 2.9 points below one-shot search; with 20, within noise);

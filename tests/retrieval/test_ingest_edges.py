@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from ragloop import IngestInterrupted, KnowledgeBase
-from ragloop.retrieval import knowledge_base
+from ragloop.retrieval import ingest_run
 from ragloop.testing import HashEmbedder
 
 
@@ -27,11 +27,11 @@ def write_notes(folder, count: int):
 
 def test_an_interrupted_ingest_says_what_it_saved_and_running_again_resumes(tmp_path, monkeypatch):
     docs = write_notes(tmp_path / "docs", 6)
-    monkeypatch.setattr(knowledge_base, "EMBED_BATCH", 2)  # write every two documents
+    monkeypatch.setattr(ingest_run, "WRITE_BATCH", 2)  # write every two documents
     kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(32))
 
-    def ctrl_c(done, total, note):
-        if done == 5:
+    def ctrl_c(state):
+        if state.phase == "reading" and state.files_done == 5:
             raise KeyboardInterrupt
 
     with pytest.raises(IngestInterrupted) as stopped:
@@ -47,16 +47,16 @@ def test_an_interrupted_ingest_says_what_it_saved_and_running_again_resumes(tmp_
 
 PRELUDE = """
 import sys
-from ragloop.retrieval import knowledge_base
-knowledge_base.EMBED_BATCH = 1
+from ragloop.retrieval import ingest_run
+ingest_run.WRITE_BATCH = 1
 calls = []
-original = knowledge_base.KnowledgeBase._embed_chunks
-def interrupted(self, chunks):
+original = ingest_run._write
+def interrupted(*args):
     calls.append(1)
     if len(calls) == 4:
         raise KeyboardInterrupt  # as Ctrl-C would, in the middle of the run
-    return original(self, chunks)
-knowledge_base.KnowledgeBase._embed_chunks = interrupted
+    return original(*args)
+ingest_run._write = interrupted
 from ragloop.cli import main
 sys.argv[0] = "ragloop"
 main()

@@ -241,8 +241,8 @@ def test_a_killed_ingest_leaves_a_sound_file_and_the_rerun_completes(tmp_path):
         import sys
         from ragloop.retrieval.knowledge_base import KnowledgeBase
         kb = KnowledgeBase({str(db)!r}, embedder="hash")
-        def progress(done, total, note):
-            print(done, flush=True)
+        def progress(state):
+            print(state.files_done, flush=True)
         kb.ingest({str(corpus)!r}, on_progress=progress)
         """
     )
@@ -414,3 +414,72 @@ def test_absolute_sources_of_an_older_knowledge_base_become_relative(tmp_path, d
         assert kb.store.sources("default") == sorted(
             ["billing.txt", "camping/tents.md", "returns.md", "shipping.md"]
         )
+
+
+def test_reingest_reads_only_files_whose_size_or_time_changed(tmp_path, docs, monkeypatch):
+    from ragloop.retrieval import ingest_run
+
+    read: list[str] = []
+    real_read = ingest_run.read_file
+
+    def counting_read(path, **options):
+        read.append(path.name)
+        return real_read(path, **options)
+
+    monkeypatch.setattr(ingest_run, "read_file", counting_read)
+    with KnowledgeBase(tmp_path / "kb.sqlite", embedder=None) as kb:
+        kb.ingest(docs)
+        assert sorted(read) == ["billing.txt", "returns.md", "shipping.md", "tents.md"]
+        read.clear()
+        assert kb.ingest(docs).unchanged == 4
+        assert read == []  # size and modification time said enough
+        os.utime(docs / "billing.txt", ns=(1, 1))  # touched, same bytes: read, not parsed
+        (docs / "returns.md").write_text("# Returns\n\nNo returns after 60 days.\n")
+        report = kb.ingest(docs)
+        assert sorted(read) == ["billing.txt", "returns.md"]
+        assert (report.unchanged, report.updated) == (3, 1)
+
+
+def test_an_interrupted_embedding_goes_on_where_it_stopped(tmp_path, docs):
+    embedder = CountingEmbedder()
+    with KnowledgeBase(tmp_path / "kb.sqlite", embedder=embedder) as kb:
+        report = kb.ingest(docs, vectors="later")
+        assert (report.chunks_embedded, report.vectors_missing) == (0, report.chunks_added)
+        assert embedder.embedded == []
+
+        class Interrupted(Exception):
+            pass
+
+        def stop_after_first_batch(state):
+            if state.phase == "embedding" and state.chunks_embedded:
+                raise Interrupted
+
+        from ragloop.retrieval import ingest_run
+
+        batch, ingest_run.EMBED_BATCH = ingest_run.EMBED_BATCH, 2
+        try:
+            with pytest.raises(Interrupted):
+                kb.embed(on_progress=stop_after_first_batch)
+        finally:
+            ingest_run.EMBED_BATCH = batch
+        assert kb.stats().vectors_missing == report.chunks_added - 2  # the first batch is kept
+        embedded = len(embedder.embedded)
+        assert kb.embed() == report.chunks_added - 2
+        assert len(embedder.embedded) == embedded + report.chunks_added - 2  # nothing twice
+        assert kb.stats().vectors_missing == 0
+        assert kb.embed() == 0
+
+
+def test_progress_reports_files_then_chunks_with_rates(tmp_path, docs):
+    states = []
+    with KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64)) as kb:
+        report = kb.ingest(docs, on_progress=states.append)
+    phases = [s.phase for s in states]
+    assert phases == sorted(phases, key=["reading", "embedding", "done"].index)
+    reading = [s for s in states if s.phase == "reading"]
+    assert reading[-1].files_done == reading[-1].files_total == 4
+    assert reading[-1].chunks_stored == report.chunks_added
+    embedding = [s for s in states if s.phase == "embedding"]
+    assert embedding[-1].chunks_embedded == embedding[-1].chunks_to_embed == report.chunks_added
+    assert all(s.rate > 0 and s.eta_s is not None for s in embedding if s.chunks_embedded)
+    assert embedding[-1].eta_s == 0

@@ -17,9 +17,8 @@ from rich.console import Console
 
 from ragloop.config import Settings, load_settings
 from ragloop.core.errors import ConfigError, RagloopError
-from ragloop.observability.traces import traces_path_for
 from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, is_postgres_dsn
+from ragloop.retrieval.store import is_postgres_dsn
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,6 +66,8 @@ def open_kb(
     again when opening it fails (an embedder that cannot load leaves nothing behind)."""
     location = location or default_kb_location()
     if is_postgres_dsn(location):
+        from ragloop.retrieval.store_postgres import PostgresKnowledgeBase  # psycopg: slow import
+
         try:
             return PostgresKnowledgeBase(location, create=create, embedder=embedder)
         except RagloopError as error:
@@ -144,6 +145,8 @@ def traces_file(location: str | None) -> Path:
     """Where ``ragloop ask`` stores the traces of a knowledge base: beside its file
     (``kb.sqlite`` -> ``kb.traces.sqlite``), or, for PostgreSQL, in the user data folder under
     a name derived from the URL without its password."""
+    from ragloop.observability.traces import traces_path_for
+
     location = location or default_kb_location()
     if not is_postgres_dsn(location):
         return traces_path_for(Path(location).expanduser())

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ragloop.cli.common import (
     EMBEDDER_HELP,
@@ -19,7 +21,47 @@ from ragloop.cli.common import (
 )
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
-from ragloop.retrieval.ingest import IngestInterrupted, IngestReport
+from ragloop.retrieval.ingest import IngestInterrupted, IngestProgress, IngestReport
+
+
+@contextmanager
+def progress_display(quiet: bool) -> Iterator[Callable[[IngestProgress], None]]:
+    """A progress bar on stderr fed by :class:`IngestProgress`: files, then chunks embedded,
+    with the rate and the time left (off with ``quiet``, and when stderr is not a terminal)."""
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.fields[counts]}"),
+        TextColumn("[dim]{task.fields[rate]}[/]"),
+        TimeElapsedColumn(),
+        console=errors,
+        disable=quiet,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=None, counts="", rate="")
+
+        def show(state: IngestProgress) -> None:
+            if state.phase == "reading":
+                name = Path(state.source).name if state.source else ""
+                description = f"reading {name}"
+                done, total = state.files_done, state.files_total
+                counts = f"{done:,}/{total:,} files, {state.chunks_stored:,} chunks"
+                unit = "files"
+            else:
+                description = "embedding" if state.phase == "embedding" else "done"
+                done, total = state.chunks_embedded, state.chunks_to_embed
+                counts = f"{done:,}/{total:,} chunks"
+                unit = "chunks"
+            rate = f"{state.rate:,.1f} {unit}/s" if state.rate else ""
+            if state.eta_s is not None:
+                minutes, seconds = divmod(round(state.eta_s), 60)
+                rate += f", {minutes}:{seconds:02d} left"
+            bar.update(
+                task, description=description, completed=done, total=total or None,
+                counts=counts, rate=rate,
+            )  # fmt: skip
+
+        yield show
 
 
 @click.command()
@@ -30,6 +72,14 @@ from ragloop.retrieval.ingest import IngestInterrupted, IngestReport
 @click.option(
     "--embedder", default="default", show_default=True, callback=check_embedder, help=EMBEDDER_HELP
 )
+@click.option(
+    "--vectors",
+    type=click.Choice(["now", "later"]),
+    default="now",
+    show_default=True,
+    help="later: store the text only (keyword search works at once); "
+    "'ragloop kb embed' adds the vectors.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def ingest(
@@ -38,10 +88,13 @@ def ingest(
     collection: str,
     sync: bool,
     embedder: str,
+    vectors: str,
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """Ingest files and folders (txt, md, rst, html, json, jsonl, csv, pdf)."""
+    """Ingest files and folders (txt, md, rst, html, json, jsonl, csv, pdf).
+
+    The text is stored first, so keyword search works while the chunks are embedded."""
     missing = [p for p in paths if not p.exists() and not p.is_symlink()]
     if missing:
         raise click.BadParameter(
@@ -51,27 +104,13 @@ def ingest(
     try:
         if kb.embedder is None and not quiet and not as_json:
             errors.print(f"[yellow]note:[/] keyword search only ({kb.dense_off_reason})")
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=errors,
-            disable=quiet or as_json,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("ingesting", total=None)
-
-            def on_progress(done: int, total: int, note: str) -> None:
-                progress.update(
-                    task,
-                    completed=done,
-                    total=total,
-                    description=f"ingesting {Path(note).name}" if note else "done",
-                )
-
+        with progress_display(quiet or as_json) as show:
             report = kb.ingest(
-                list(paths), collection=collection, on_progress=on_progress, sync=sync
+                list(paths),
+                collection=collection,
+                on_progress=show,
+                sync=sync,
+                vectors="later" if vectors == "later" else "now",
             )
         where = str(kb.path) if kb.path is not None else kb.stats().path
     except RagloopError as error:
@@ -90,10 +129,10 @@ def ingest(
     if as_json:
         print_json(report.model_dump())
     else:
-        show_report(report, where)
+        show_report(report, where, kb_location)
 
 
-def show_report(report: IngestReport, where: str | None) -> None:
+def show_report(report: IngestReport, where: str | None, kb_location: str | None) -> None:
     counts = (
         report.added,
         report.updated,
@@ -101,14 +140,21 @@ def show_report(report: IngestReport, where: str | None) -> None:
         report.removed,
         len(report.skipped),
         report.chunks_added,
+        report.chunks_embedded,
     )
-    headers = ("added", "updated", "unchanged", "removed", "skipped", "chunks added")
+    headers = ("added", "updated", "unchanged", "removed", "skipped", "chunks added", "embedded")
     print_table(
         console,
         [Column(h, numeric=True) for h in headers],
         [[str(n) for n in counts]],
         title=f"ingested into {where}",
     )
+    if report.vectors_missing:
+        where_option = f" --kb {kb_location}" if kb_location else ""
+        console.print(
+            f"{report.vectors_missing} chunks have no vector yet: keyword search finds them "
+            f"now, hybrid search once 'ragloop kb embed{where_option}' has run"
+        )
     if report.skipped:
         rows = [[cell(shown_path(path)), cell(reason)] for path, reason in report.skipped]
         print_table(console, ["file", "reason"], rows, title="skipped")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ragloop.cli.common import console, kb_option, open_kb, print_json
+from ragloop.cli.ingest import progress_display
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 
@@ -35,6 +36,7 @@ def stats(kb_location: str | None, as_json: bool) -> None:
         ("documents", info.documents),
         ("chunks", info.chunks),
         ("vectors", info.vectors),
+        ("chunks without a vector", info.vectors_missing if info.dense else "-"),
         ("links", info.links),
         ("embedding model", model),
         ("dense search", "on" if info.dense else f"off: {info.dense_off_reason}"),
@@ -72,3 +74,20 @@ def delete(source: str, kb_location: str | None, collection: str | None) -> None
     if not removed:
         raise click.ClickException(f"no document {source!r} in the knowledge base")
     console.print(f"removed {removed} document(s)")
+
+
+@kb_group.command()
+@kb_option
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+def embed(kb_location: str | None, quiet: bool) -> None:
+    """Embed the chunks stored without a vector (ingest --vectors later, or an ingest that was
+    stopped). Each batch is saved as it is done: stopped, it goes on from there next time."""
+    kb = open_kb(kb_location, create=False)
+    try:
+        with progress_display(quiet) as show:
+            done = kb.embed(on_progress=show)
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        kb.close()
+    console.print(f"embedded {done:,} chunks" if done else "every chunk has its vector")

@@ -77,6 +77,11 @@ class RetrievalLoopConfig:
     - ``on_error``: ``"raise"`` lets a component's exception propagate (with a note naming the
       step); ``"stop"`` ends the run with ``StopReason.ERROR``, the evidence gathered so far and
       the message in ``RetrievalResult.error``;
+    - ``direct_first``: True ranks the evidence the first iteration's searches found first, in
+      their order: a later search or a link can move one of those chunks up (to the rank it
+      would give a new chunk), and puts the chunks only it found after them, so the evidence
+      never ranks a chunk of the question's own results lower than its search did because a
+      hop went astray (the offline loops use it);
     - ``budget``: the :class:`~ragloop.Budget` of every run that is not given its own.
     """
 
@@ -87,6 +92,7 @@ class RetrievalLoopConfig:
     allow_route_switch: bool = False
     follow_links: int = 0
     on_error: Literal["raise", "stop"] = "raise"
+    direct_first: bool = False
     budget: Budget | None = None
 
     def __post_init__(self) -> None:
@@ -104,8 +110,9 @@ class RetrievalLoopConfig:
             raise ConfigError(
                 "improvement_threshold", f"must be None or a number in [0, 1], got {threshold!r}"
             )
-        if not isinstance(self.allow_route_switch, bool):
-            raise ConfigError("allow_route_switch", "must be True or False")
+        for flag in ("allow_route_switch", "direct_first"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(flag, "must be True or False")
         if self.on_error not in ("raise", "stop"):
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
         check_budget(self.budget)
@@ -127,6 +134,7 @@ class RetrievalLoopOptions(TypedDict, total=False):
     allow_route_switch: bool
     follow_links: int
     on_error: Literal["raise", "stop"]
+    direct_first: bool
     budget: Budget | None
 
 

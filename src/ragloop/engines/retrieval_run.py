@@ -310,13 +310,20 @@ class Run:
         first on ties."""
         for ranking in rankings:
             for position, chunk in enumerate(ranking):
-                rank = position + LATER_ITERATION_PENALTY * index
-                if chunk.id in self.found:
-                    best, order = self.rank[chunk.id]
-                    self.rank[chunk.id] = (min(best, rank), order)
-                else:
-                    self.found[chunk.id] = chunk
-                    self.rank[chunk.id] = (rank, len(self.rank))
+                self._place(chunk, position + LATER_ITERATION_PENALTY * index, hop=index > 0)
+
+    def _place(self, chunk: Chunk, rank: float, *, hop: bool) -> bool:
+        """Put a chunk in the evidence at ``rank``, or move it up to it; True when it is new.
+        With ``direct_first``, a chunk only a hop found goes after the first searches' results."""
+        if chunk.id in self.found:
+            best, order = self.rank[chunk.id]
+            self.rank[chunk.id] = (min(best, rank), order)
+            return False
+        if hop and self.config.direct_first:
+            rank += self.config.top_k
+        self.found[chunk.id] = chunk
+        self.rank[chunk.id] = (rank, len(self.rank))
+        return True
 
     async def _follow_links(self, index: int, new_chunks: list[Chunk]) -> list[Chunk]:
         """The chunks the best new chunks name, added to the evidence as a next hop's top
@@ -337,16 +344,8 @@ class Run:
             filters=getattr(scope, "filters", None),
         )
         rank = LATER_ITERATION_PENALTY * (index + 1)
-        fresh = []
-        for chunk in _chunks(linked, "link graph"):
-            if chunk.id in self.found:  # named by a better chunk: it moves up
-                best, order = self.rank[chunk.id]
-                self.rank[chunk.id] = (min(best, rank), order)
-            else:
-                self.found[chunk.id] = chunk
-                self.rank[chunk.id] = (rank, len(self.rank))
-                fresh.append(chunk)
-        return fresh
+        # a chunk found already, named by a better chunk, moves up
+        return [c for c in _chunks(linked, "link graph") if self._place(c, rank, hop=True)]
 
     def _ranked(self) -> list[Chunk]:
         return sorted(self.found.values(), key=lambda c: self.rank[c.id])

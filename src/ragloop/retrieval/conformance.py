@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from ragloop.core.protocols import Embedder
+from ragloop.retrieval.fusion import reciprocal_rank_fusion
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
 from ragloop.retrieval.store import StoreError
 from ragloop.testing import HashEmbedder
@@ -121,6 +122,19 @@ class KnowledgeBaseConformance:
         assert kb.ingest(corpus, sync=True).removed == 1
         assert kb.store.sources("default") == sorted({*CORPUS, "kettles.md"} - {"billing.txt"})
 
+    def test_text_first_vectors_later(self, tmp_path: Path, corpus: Path) -> None:
+        kb = self.make_kb(tmp_path, HashEmbedder(128))
+        report = kb.ingest(corpus, vectors="later")
+        assert report.vectors_missing == kb.stats().vectors_missing == report.chunks_added
+        assert kb.search("Ridgeline tent", mode="bm25")[0].source == "camping/tents.md"
+        assert kb.search("Ridgeline tent", mode="dense") == []
+        assert kb.search("Ridgeline tent", mode="hybrid")[0].source == "camping/tents.md"
+        assert kb.embed() == report.chunks_added
+        assert kb.stats().vectors_missing == 0
+        assert kb.search("Ridgeline 2 tent weighs", mode="dense")
+        assert kb.ingest(corpus).unchanged == 4
+        kb.close()
+
     def test_chunk_ids_are_stable_across_reingest(self, kb: KnowledgeBase, corpus: Path) -> None:
         first = [c.id for c in kb.search("tent weight", mode="bm25")]
         (corpus / "billing.txt").write_text("Changed.\n")
@@ -196,6 +210,29 @@ class KnowledgeBaseConformance:
         assert {"bm25", "dense", "rrf", "bm25_rank", "dense_rank"} <= set(scores)
         assert top.score == pytest.approx(scores["rrf"])
 
+    def test_a_chunk_holding_an_exact_term_ranks_first_in_hybrid(self, tmp_path: Path) -> None:
+        kb = self.make_kb(tmp_path, _TopicEmbedder())
+        kb.add_documents(
+            [
+                Document(text=f"Retry limit {n} for the pool.", source=f"r{n}")
+                for n in range(100, 130)
+            ]
+            + [Document(text=f"Unrelated note {n}.", source=f"n{n}") for n in range(200, 569)]
+            + [Document(text="The option word399_7 caps the attempts.", source="target")]
+        )
+        query = "word399_7 retry limit"
+        bm25 = kb.search(query, mode="bm25", top_k=40)
+        dense = kb.search(query, mode="dense", top_k=40)
+        assert bm25[0].source == "target"
+        assert "target" not in {c.source for c in dense}  # dense search never sees it
+        fused = reciprocal_rank_fusion({"bm25": bm25, "dense": dense}, top_k=5)
+        assert fused[0].source != "target"  # plain fusion lets a look-alike win
+        hits = kb.search(query, mode="hybrid", top_k=5)
+        assert hits[0].source == "target"
+        assert hits[0].metadata["scores"]["exact"] == 1
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        kb.close()
+
     def test_collections_scope_every_mode(self, tmp_path: Path, corpus: Path) -> None:
         kb = self.make_kb(tmp_path, HashEmbedder(128))
         kb.ingest(corpus / "camping", collection="gear")
@@ -267,3 +304,24 @@ class KnowledgeBaseConformance:
         first = kb.search("Ridgeline tents", mode="bm25", top_k=1)[0]
         assert [c.metadata["title"] for c in kb.linked_chunks([first.id])] == ["Northfold Gear"]
         kb.close()
+
+
+class _TopicEmbedder:
+    """Vectors by topic: texts about retries point one way, options another, any other text a
+    third (a touch of its characters keeps texts apart), so a query about retries finds the
+    retry notes first and an option last."""
+
+    model_id = "topic-4"
+    dimension = 4
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        out = []
+        for text in texts:
+            jitter = (sum(map(ord, text)) % 97) / 1000
+            if "retry" in text.lower():
+                out.append([1.0, jitter, 0.0, 0.0])
+            elif "option" in text.lower():
+                out.append([0.0, 0.0, 1.0, jitter])
+            else:
+                out.append([jitter, 1.0, 0.0, 0.0])
+        return out

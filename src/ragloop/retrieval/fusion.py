@@ -11,6 +11,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
 from ragloop.core.records import Chunk
+from ragloop.retrieval.exact import exact_hits, term_patterns
+from ragloop.retrieval.store import index_text
 
 # The constant k in 1 / (k + rank). The literature's default is 60; on the four benchmark sets
 # here (HotpotQA, MuSiQue, SciFact, FiQA), fusing bm25 with dense search scored best with a
@@ -26,10 +28,15 @@ def fuse(
     top_k: int,
     k: int = RRF_K,
     weights: dict[str, float] | None = None,
+    exact: tuple[Mapping[K, int], int] | None = None,
 ) -> list[tuple[K, float, dict[str, float]]]:
     """Fuse named rankings of (key, score) into the ``top_k`` keys, best first, each with its
     fused score and its signals (each list's score and rank); ties keep the order of first
-    appearance. Keys are whatever identifies an item: chunk ids, or a store's row numbers."""
+    appearance. Keys are whatever identifies an item: chunk ids, or a store's row numbers.
+
+    ``exact`` is (how many of the query's exact terms each key holds, how many there are):
+    keys holding more come first (:mod:`ragloop.retrieval.exact`), and the score is
+    ``(held + fused) / (terms + 1)``, so it still falls down the list and stays in [0, 1]."""
     weights = weights or {}
     fused: dict[K, float] = {}
     signals: dict[K, dict[str, float]] = {}
@@ -41,11 +48,17 @@ def fuse(
             detail[name] = round(score, 6)
             detail[f"{name}_rank"] = rank
     best = sum(weights.get(name, 1.0) for name in rankings) / (k + 1)
-    order = sorted(fused, key=lambda key: -fused[key])  # stable: first appearance on ties
+    held, terms = exact if exact is not None else ({}, 0)
+    # stable: first appearance on ties
+    order = sorted(fused, key=lambda key: (-held.get(key, 0), -fused[key]))
     out = []
     for key in order[:top_k]:
         score = min(1.0, fused[key] / best) if best > 0 else 0.0
-        out.append((key, score, {**signals[key], "rrf": round(score, 6)}))
+        detail = {**signals[key], "rrf": round(score, 6)}
+        if terms:
+            detail["exact"] = held.get(key, 0)
+            score = (held.get(key, 0) + score) / (terms + 1)
+        out.append((key, score, detail))
     return out
 
 
@@ -55,18 +68,27 @@ def reciprocal_rank_fusion(
     top_k: int,
     k: int = RRF_K,
     weights: dict[str, float] | None = None,
+    exact_terms: Sequence[str] = (),
 ) -> list[Chunk]:
     """Fuse named rankings (e.g. ``{"bm25": [...], "dense": [...]}``) into one list of
-    ``top_k`` chunks, best first; ties keep the order of first appearance."""
+    ``top_k`` chunks, best first; ties keep the order of first appearance. Chunks holding
+    more of ``exact_terms`` (:func:`ragloop.retrieval.exact.exact_terms` of the query) come
+    first."""
     first: dict[str, Chunk] = {}
     for ranking in rankings.values():
         for chunk in ranking:
             first.setdefault(chunk.id, chunk)
+    exact = None
+    if exact_terms:
+        patterns = term_patterns(exact_terms)
+        held = {cid: exact_hits(patterns, searchable_text(c)) for cid, c in first.items()}
+        exact = (held, len(exact_terms))
     fused = fuse(
         {name: [(c.id, c.score) for c in ranking] for name, ranking in rankings.items()},
         top_k=top_k,
         k=k,
         weights=weights,
+        exact=exact,
     )
     return [
         first[chunk_id].model_copy(
@@ -74,3 +96,9 @@ def reciprocal_rank_fusion(
         )
         for chunk_id, score, signals in fused
     ]
+
+
+def searchable_text(chunk: Chunk) -> str:
+    """What keyword search indexed for a chunk: its title, headings and text."""
+    title = str(chunk.metadata.get("title") or "")
+    return index_text(title, chunk.metadata.get("heading_path") or [], chunk.content)

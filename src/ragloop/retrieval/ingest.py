@@ -1,9 +1,11 @@
 """Finding and loading files for ingestion: every failure becomes a reason, never a crash.
 
 :func:`discover` walks the given files and folders (recursively, skipping hidden and VCS
-folders, not following symlinks out of a folder); :func:`load_file` reads, decodes and parses
-one file. Both report problems as ``(path, reason)`` pairs for the ingest report's ``skipped``:
-a file or folder that cannot be read, a symlink loop, a name that is not UTF-8 or too long, a
+folders, not following symlinks out of a folder); :func:`read_file` reads one file and
+:func:`parse_file` decodes and parses it (:func:`load_file` does both), so an unchanged file is
+recognised by its :func:`fingerprint` (size and times) or its raw bytes' hash
+before any parsing. Problems become ``(path, reason)`` pairs for the report's ``skipped``: a
+file or folder that cannot be read, a symlink loop, a name that is not UTF-8 or too long, a
 parser that fails in a way nobody foresaw. A folder that cannot be listed is reported too, and
 ``sync`` never removes what it held (:attr:`Discovery.unread`).
 """
@@ -19,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -57,10 +59,31 @@ class IngestReport(BaseModel):
     removed: int = 0
     skipped: list[tuple[str, str]] = Field(default_factory=list)
     chunks_added: int = 0
+    chunks_embedded: int = 0
+    vectors_missing: int = 0  # chunks still without a vector (``vectors="later"``)
 
     @property
     def documents(self) -> int:
         return self.added + self.updated + self.unchanged
+
+
+class IngestProgress(BaseModel):
+    """Where an ingest stands, given to ``on_progress`` after every file read and every
+    batch embedded. Text is read and stored first (``phase="reading"``: keyword search sees
+    each document as soon as it is stored), then the chunks without a vector are embedded
+    (``phase="embedding"``). ``rate`` is files or chunks per second in the current phase,
+    ``eta_s`` the seconds it still needs at that rate (None until there is a rate)."""
+
+    phase: Literal["reading", "embedding", "done"]
+    files_done: int = 0
+    files_total: int = 0
+    chunks_stored: int = 0
+    chunks_embedded: int = 0
+    chunks_to_embed: int = 0
+    source: str = ""
+    elapsed_s: float = 0.0
+    rate: float = 0.0
+    eta_s: float | None = None
 
 
 class IngestInterrupted(KeyboardInterrupt):
@@ -266,8 +289,8 @@ class LoadedFile:
     metadata: dict[str, object]
 
 
-def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> LoadedFile:
-    """Read, decode and parse one file, or raise :class:`SkipFile` with the reason."""
+def read_file(path: Path, *, max_bytes: int) -> bytes:
+    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable)."""
     try:
         size = path.stat().st_size
     except OSError as error:
@@ -279,13 +302,17 @@ def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> Loaded
     if size == 0:
         raise SkipFile("empty file")
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except PermissionError:
         raise SkipFile("permission denied") from None
     except OSError as error:
         raise SkipFile(f"cannot read: {error.strerror or error}") from None
+
+
+def parse_file(data: bytes, path: Path, *, encodings: Sequence[str]) -> LoadedFile:
+    """Decode and parse a file's bytes, or raise :class:`SkipFile` with the reason."""
     suffix = path.suffix.lower()
-    metadata: dict[str, object] = {"format": suffix.lstrip("."), "bytes": size}
+    metadata: dict[str, object] = {"format": suffix.lstrip("."), "bytes": len(data)}
     try:
         if suffix in BINARY_READERS:
             document = BINARY_READERS[suffix](data, path)
@@ -305,7 +332,27 @@ def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> Loaded
     if not any(block.text.strip() for block in document.blocks):
         raise SkipFile("no text found")
     metadata.update(document.metadata)
-    return LoadedFile(document, hashlib.sha256(data).hexdigest(), metadata)
+    return LoadedFile(document, raw_hash(data), metadata)
+
+
+def load_file(path: Path, *, max_bytes: int, encodings: Sequence[str]) -> LoadedFile:
+    """Read, decode and parse one file, or raise :class:`SkipFile` with the reason."""
+    return parse_file(read_file(path, max_bytes=max_bytes), path, encodings=encodings)
+
+
+def raw_hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprint(path: Path) -> dict[str, int] | None:
+    """What says a file is unchanged without reading it: its size, modification time and
+    status-change time (which a ``chmod`` changes: a file made unreadable is read again, and
+    reported), or None when it cannot be looked at (loading it then says why)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns}
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

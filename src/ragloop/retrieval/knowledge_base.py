@@ -1,9 +1,9 @@
 """KnowledgeBase: ingest files into one local file and search them (bm25, dense or hybrid).
 
-The facade owns ingestion (find, read, chunk, embed with a cache, link titles) and search
-(keyword, vector, reciprocal rank fusion); a :class:`~ragloop.retrieval.store.Store` owns
-persistence. ``KnowledgeBase(path)`` is one SQLite file; ``KnowledgeBase.in_memory()`` keeps
-everything in memory.
+The facade owns ingestion (find, read, chunk, link titles, then embed: see
+:mod:`ragloop.retrieval.ingest_run`) and search (keyword, vector, reciprocal rank fusion); a
+:class:`~ragloop.retrieval.store.Store` owns persistence. ``KnowledgeBase(path)`` is one
+SQLite file; ``KnowledgeBase.in_memory()`` keeps everything in memory.
 """
 
 from __future__ import annotations
@@ -13,49 +13,55 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import Embedder
-from ragloop.core.records import Chunk, chunk_id
-from ragloop.retrieval.chunking import ChunkingConfig, chunk_document
-from ragloop.retrieval.embedders import EmbedderUnavailable, default_embedder, embed_queries
+from ragloop.core.records import Chunk
+from ragloop.retrieval.chunking import ChunkingConfig
+from ragloop.retrieval.embedders import (
+    EmbedderUnavailable,
+    default_embedder,
+    embed_queries,
+    recorded_embedder,
+)
 from ragloop.retrieval.embedders import get_embedder as load_embedder
 from ragloop.retrieval.embedding_cache import ExactEmbeddingCache
+from ragloop.retrieval.exact import exact_terms
 from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
 from ragloop.retrieval.ingest import (
     DEFAULT_ENCODINGS,
     DEFAULT_MAX_FILE_BYTES,
     IngestInterrupted,
     IngestReport,
-    SkipFile,
     discover,
     file_of,
-    load_file,
     printable,
     source_of,
-    storable,
-    storable_document,
 )
-from ragloop.retrieval.links import NameIndex, canonical, document_names, reverse_links
+from ragloop.retrieval.ingest_run import (
+    FileItem,
+    Item,
+    Progress,
+    ProgressCallback,
+    TextItem,
+    check_vectors,
+    embed_missing,
+    store_text,
+)
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
 from ragloop.retrieval.store import (
-    ChunkRecord,
     CollectionInfo,
-    DocumentRecord,
     Link,
     Scope,
     Store,
     StoreError,
     StoreStats,
-    content_hash,
-    index_text,
 )
 from ragloop.retrieval.store_memory import InMemoryStore
 from ragloop.retrieval.store_sqlite import SQLiteStore
@@ -64,8 +70,7 @@ logger = logging.getLogger("ragloop")
 
 SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
-ProgressCallback = Callable[[int, int, str], None]
-EMBED_BATCH = 256  # chunks embedded together (the ONNX embedder batches them by length)
+VectorsWhen = Literal["now", "later"]
 _PIPELINE_VERSION = "3"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
@@ -91,22 +96,12 @@ class Document(BaseModel):
 
 
 class KnowledgeBaseStats(StoreStats):
-    """Store statistics plus whether dense search is on, and why not."""
+    """Store statistics plus whether dense search is on, and why not, and how many chunks'
+    texts wait for a vector (:meth:`KnowledgeBase.embed`)."""
 
     dense: bool = False
     dense_off_reason: str | None = None
-
-
-# what ingestion reads: (source, how the report names it if skipped, a loader raising SkipFile)
-_Item = tuple[str, str, Callable[[], tuple[ParsedDocument, str, dict[str, Any]]]]
-
-
-@dataclass
-class _Prepared:
-    doc: DocumentRecord
-    chunks: list[ChunkRecord]
-    names: list[tuple[str, str, str]]  # (name, target chunk id, document key)
-    replaced: bool
+    vectors_missing: int = 0
 
 
 class KnowledgeBase:
@@ -177,7 +172,7 @@ class KnowledgeBase:
                 embedder, reason = default_embedder()
                 return embedder, reason
             try:
-                return load_embedder(recorded[0]), ""
+                return recorded_embedder(*recorded), ""
             except EmbedderUnavailable as error:
                 return None, f"vectors were made by {recorded[0]}, not installed here: {error}"
             except ConfigError:
@@ -201,17 +196,23 @@ class KnowledgeBase:
         collection: str = "default",
         on_progress: ProgressCallback | None = None,
         sync: bool = False,
+        vectors: VectorsWhen = "now",
     ) -> IngestReport:
-        """Ingest files and folders into ``collection``. Unchanged files cost nothing; a changed
-        file replaces its chunks in one transaction. A file or folder that cannot be read or
-        parsed is reported in ``skipped`` with the reason, and the rest is ingested. With
-        ``sync=True``, documents of the collection under the given folders whose files are gone
-        are removed (never those under a folder, or of a file, that could not be read).
+        """Ingest files and folders into ``collection``. The text of every file is stored
+        first (keyword search finds it at once), then the chunks are embedded; with
+        ``vectors="later"`` they are left for :meth:`embed`. A file whose size and times
+        (modification, status change) are unchanged is not read, one whose bytes are unchanged
+        is not parsed; a changed file replaces its chunks in one transaction. A file or folder
+        that cannot be read or parsed is reported in ``skipped`` with the reason, and the rest
+        is ingested. With ``sync=True``, documents of the collection under the given folders
+        whose files are gone are removed (never those under a folder, or of a file, that could
+        not be read).
 
         A document's source is its path relative to the folder given (``library/os.html``), or
         the file's name for a file given by itself; the folder is kept in the document's
         metadata as ``root``. Knowledge bases built before sources were relative (absolute
-        paths) are converted as their files are ingested again."""
+        paths) are converted as their files are ingested again. ``on_progress`` receives an
+        :class:`~ragloop.retrieval.ingest.IngestProgress` after every file and every batch."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
         discovery = discover(list(paths))
@@ -219,7 +220,7 @@ class KnowledgeBase:
         report = IngestReport(skipped=list(discovery.skipped))
         seen: dict[str, Path] = {}
 
-        def items() -> Iterable[_Item]:
+        def items() -> Iterable[Item]:
             for candidate in found:
                 source, root = source_of(candidate)
                 if source in seen:
@@ -228,18 +229,9 @@ class KnowledgeBase:
                     )
                     continue
                 seen[source] = candidate.path
+                yield FileItem(candidate.path, root, source, self.max_file_bytes, self.encodings)
 
-                def load(
-                    path: Path = candidate.path, root: Path = root
-                ) -> tuple[ParsedDocument, str, dict[str, Any]]:
-                    loaded = load_file(
-                        path, max_bytes=self.max_file_bytes, encodings=self.encodings
-                    )
-                    return loaded.document, loaded.raw_hash, {**loaded.metadata, "root": str(root)}
-
-                yield source, printable(candidate.path), load
-
-        self._ingest(items(), len(found), collection, report, on_progress)
+        self._ingest(items(), len(found), collection, report, on_progress, vectors)
         if sync:
             walked = {str(root) for root in roots}
             for doc in self.store.documents(collection):
@@ -257,52 +249,50 @@ class KnowledgeBase:
         *,
         collection: str = "default",
         on_progress: ProgressCallback | None = None,
+        vectors: VectorsWhen = "now",
     ) -> IngestReport:
         """Ingest documents given as text (same chunking, hashing and embedding as files)."""
         docs = list(documents)
         report = IngestReport()
 
-        def items() -> Iterable[_Item]:
+        def items() -> Iterable[Item]:
             for document in docs:
+                if not document.text.strip():
+                    report.skipped.append((document.source, "empty document"))
+                    continue
+                text = f"{document.title}\0{document.text}".encode("utf-8", "surrogatepass")
+                digest = hashlib.sha256(text).hexdigest()
+                yield TextItem(
+                    document.source, digest, partial(_parse_text, document), document.metadata
+                )
 
-                def load(d: Document = document) -> tuple[ParsedDocument, str, dict[str, Any]]:
-                    if not d.text.strip():
-                        raise SkipFile("empty document")
-                    path = Path(d.source)
-                    if d.format == "markdown":
-                        parsed = ParsedDocument(d.title or path.stem, markdown_blocks(d.text))
-                    else:
-                        parsed = read_plain_text(d.text, path)
-                    if d.title is not None:  # "" keeps the document untitled
-                        parsed.title = d.title
-                    text = f"{d.title}\0{d.text}".encode("utf-8", "surrogatepass")
-                    return parsed, hashlib.sha256(text).hexdigest(), dict(d.metadata)
-
-                yield document.source, document.source, load
-
-        self._ingest(items(), len(docs), collection, report, on_progress)
+        self._ingest(items(), len(docs), collection, report, on_progress, vectors)
         return report
 
     def _ingest(
         self,
-        items: Iterable[_Item],
+        items: Iterable[Item],
         total: int,
         collection: str,
         report: IngestReport,
         on_progress: ProgressCallback | None,
+        vectors: VectorsWhen,
     ) -> None:
+        if vectors not in ("now", "later"):
+            raise ConfigError("vectors", f"must be 'now' or 'later', got {vectors!r}")
         try:
-            self._ingest_items(items, total, collection, report, on_progress)
+            self._ingest_items(items, total, collection, report, on_progress, vectors)
         except KeyboardInterrupt:  # say what was saved: running again resumes from there
             raise IngestInterrupted(report) from None
 
     def _ingest_items(
         self,
-        items: Iterable[_Item],
+        items: Iterable[Item],
         total: int,
         collection: str,
         report: IngestReport,
         on_progress: ProgressCallback | None,
+        vectors: VectorsWhen,
     ) -> None:
         recorded = self.store.embedding_model()
         if self.embedder is None and recorded not in (None, NO_EMBEDDER):
@@ -315,121 +305,38 @@ class KnowledgeBase:
         elif recorded is None:
             # remembered, so a later open does not start embedding only the new documents
             self.store.set_embedding_model(*NO_EMBEDDER)
-        names = NameIndex.from_targets(self.store.link_targets()) if self.link_titles else None
-        signature = (
-            f"{self.chunking.max_tokens}:{self.chunking.overlap}:{self.chunking.min_tokens}"
-            f":{_PIPELINE_VERSION}"
+        progress = Progress(on_progress, total)
+        store_text(
+            self.store,
+            items,
+            collection=collection,
+            chunking=self.chunking,
+            signature=(
+                f"{self.chunking.max_tokens}:{self.chunking.overlap}:{self.chunking.min_tokens}"
+                f":{_PIPELINE_VERSION}"
+            ),
+            link_titles=self.link_titles,
+            cached_model=self.embedder.model_id if self.embedder is not None else None,
+            report=report,
+            progress=progress,
         )
-        pending: list[_Prepared] = []
-        for done, (source, shown, load) in enumerate(items):
-            if on_progress:
-                on_progress(done, total, source)
-            try:
-                if storable(source) != source:
-                    raise SkipFile("the name is not valid UTF-8")
-                parsed, raw_hash, metadata = load()
-                doc_hash = f"{raw_hash}:{signature}"
-                existing = self.store.document_hash(collection, source)
-                if existing == doc_hash:
-                    report.unchanged += 1
-                    continue
-                if existing is None and "root" in metadata:  # stored by its absolute path before
-                    legacy = str(Path(str(metadata["root"])) / source)
-                    if self.store.document_hash(collection, legacy) is not None:
-                        self.store.delete_document(legacy, collection)
-                        existing = legacy
-                parsed, metadata = storable_document(parsed), storable(metadata)
-                record = DocumentRecord(collection, source, parsed.title, doc_hash, metadata)
-                prepared = self._prepare(record, parsed, replaced=existing is not None)
-            except SkipFile as reason:
-                report.skipped.append((printable(shown), str(reason)))
-                continue
-            except StoreError:
-                raise
-            except Exception as error:  # one document's surprise never costs the others
-                logger.warning("could not ingest %s", printable(shown), exc_info=True)
-                report.skipped.append((printable(shown), f"{type(error).__name__}: {error}"))
-                continue
-            if not prepared.chunks:  # a heading and nothing under it: nothing to search
-                report.skipped.append((printable(shown), "no text to index beyond its headings"))
-                if existing is not None:  # its earlier version no longer stands
-                    report.removed += self.store.delete_document(source, collection)
-                continue
-            pending.append(prepared)
-            if sum(len(p.chunks) for p in pending) >= EMBED_BATCH:
-                self._write(pending, report, names)
-                pending = []
-        self._write(pending, report, names)
-        if on_progress:
-            on_progress(total, total, "")
+        if self.embedder is not None:
+            if vectors == "now":
+                report.chunks_embedded = embed_missing(self.store, self.embedder, progress)
+            report.vectors_missing = self.store.count_missing_vectors(self.embedder.model_id)
+        progress.phase("done")
 
-    def _prepare(self, doc: DocumentRecord, parsed: ParsedDocument, replaced: bool) -> _Prepared:
-        drafts = chunk_document(parsed, self.chunking)
-        doc_key = f"{doc.collection}\0{doc.source}"
-        chunks: list[ChunkRecord] = []
-        occurrences: dict[str, int] = {}
-        for draft in drafts:
-            seen = occurrences.get(draft.text, 0)
-            occurrences[draft.text] = seen + 1
-            identity = f"{doc.collection}\0{doc.source}\0{seen}"
-            text = index_text(doc.title, draft.heading_path, draft.text)
-            record = ChunkRecord(
-                id=chunk_id(identity, draft.text),
-                position=draft.position,
-                content=draft.text,
-                heading_path=draft.heading_path,
-                index_text=text,
-                text_hash=content_hash(text),
-                metadata=draft.meta,
-            )
-            chunks.append(record)
-        targets = document_names(doc.title, ((c.id, c.heading_path) for c in chunks))
-        names = [(name, target, doc_key) for name, target in targets]
-        return _Prepared(doc, chunks, names, replaced)
-
-    def _write(
-        self, pending: list[_Prepared], report: IngestReport, names: NameIndex | None
-    ) -> None:
-        if not pending:
-            return
-        self._embed_chunks([c for p in pending for c in p.chunks])
-        for prepared in pending:
-            doc_key = f"{prepared.doc.collection}\0{prepared.doc.source}"
-            links: list[Link] = []
-            if names is not None:
-                names.discard(doc_key)  # a replaced document's names pointed at its old chunks
-                for chunk in prepared.chunks:
-                    for target, mention in names.mentions(chunk.content, doc_key):
-                        links.append(Link(chunk.id, target, mention))
-                links = canonical([*links, *reverse_links(self.store, prepared.names)])
-            self.store.replace_document(prepared.doc, prepared.chunks, links)
-            if names is not None:
-                for name, target, key in prepared.names:
-                    names.add(name, target, key)
-            report.chunks_added += len(prepared.chunks)
-            if prepared.replaced:
-                report.updated += 1
-            else:
-                report.added += 1
-
-    def _embed_chunks(self, chunks: list[ChunkRecord]) -> None:
-        """Give every chunk its vector (from the cache, else the embedder), EMBED_BATCH chunks
-        at a time, kept as float32 arrays: a file of 100,000 records holds 150 MB of vectors
-        until it is written, not the 1.2 GB of Python floats."""
-        if self.embedder is None or not chunks:
-            return
-        model = self.embedder.model_id
-        for start in range(0, len(chunks), EMBED_BATCH):
-            batch = chunks[start : start + EMBED_BATCH]
-            cached = self.store.cached_vectors(model, [c.text_hash for c in batch])
-            missing = {c.text_hash: c.index_text for c in batch if c.text_hash not in cached}
-            if missing:
-                hashes = list(missing)
-                vectors = self.embedder.embed([missing[h] for h in hashes])
-                _check_vectors(vectors, len(hashes), self.embedder.dimension)
-                cached.update(zip(hashes, vectors, strict=True))
-            for chunk in batch:
-                chunk.vector = np.asarray(cached[chunk.text_hash], dtype=np.float32)
+    def embed(self, *, on_progress: ProgressCallback | None = None) -> int:
+        """Embed the chunks stored without a vector (``ingest(..., vectors="later")``, or an
+        ingest that was interrupted), a batch at a time, each batch stored as it is done:
+        interrupted, it goes on where it stopped the next time. Returns how many chunks'
+        texts were embedded."""
+        if self.embedder is None:
+            raise DenseSearchUnavailable(self.dense_off_reason)
+        progress = Progress(on_progress)
+        done = embed_missing(self.store, self.embedder, progress)
+        progress.phase("done")
+        return done
 
     # -- search ------------------------------------------------------------------------------
     def search(
@@ -470,7 +377,7 @@ class KnowledgeBase:
         elif self.embedder is None:
             raise DenseSearchUnavailable(self.dense_off_reason)
         else:
-            _check_vectors([vector], 1, self.embedder.dimension)
+            check_vectors([vector], 1, self.embedder.dimension)
             vector = list(vector)
         if mode == "dense":
             return self.store.vector_search(vector, top_k, scope)
@@ -485,7 +392,11 @@ class KnowledgeBase:
             "dense": self.store.vector_search(vector, depth, scope),
         }
         return reciprocal_rank_fusion(
-            rankings, top_k=top_k, k=self.rrf_k, weights=self.fusion_weights
+            rankings,
+            top_k=top_k,
+            k=self.rrf_k,
+            weights=self.fusion_weights,
+            exact_terms=exact_terms(query),
         )
 
     async def asearch(self, query: str, **options: Any) -> list[Chunk]:
@@ -500,7 +411,7 @@ class KnowledgeBase:
         vector = self._query_vectors.lookup(model, query)
         if vector is None:
             vector = embed_queries(self.embedder, [query])[0]
-            _check_vectors([vector], 1, self.embedder.dimension)
+            check_vectors([vector], 1, self.embedder.dimension)
             self._query_vectors.store(model, query, vector)
         return vector
 
@@ -562,10 +473,12 @@ class KnowledgeBase:
 
     def stats(self) -> KnowledgeBaseStats:
         stats = self.store.stats()
+        missing = self.store.count_missing_vectors(self.embedder.model_id) if self.embedder else 0
         return KnowledgeBaseStats(
             **stats.model_dump(),
             dense=self.embedder is not None,
             dense_off_reason=self.dense_off_reason or None,
+            vectors_missing=missing,
         )
 
     def close(self) -> None:
@@ -629,9 +542,12 @@ class KnowledgeBaseRetriever:
         )
 
 
-def _check_vectors(vectors: Sequence[Sequence[float]], expected: int, dimension: int) -> None:
-    if len(vectors) != expected or any(len(v) != dimension for v in vectors):
-        raise StoreError(
-            f"the embedder returned {len(vectors)} vectors for {expected} texts "
-            f"(expected {dimension}-d each)"
-        )
+def _parse_text(document: Document) -> ParsedDocument:
+    path = Path(document.source)
+    if document.format == "markdown":
+        parsed = ParsedDocument(document.title or path.stem, markdown_blocks(document.text))
+    else:
+        parsed = read_plain_text(document.text, path)
+    if document.title is not None:  # "" keeps the document untitled
+        parsed.title = document.title
+    return parsed

@@ -172,6 +172,28 @@ class InMemoryStore:
             for text_hash, vector in items.items():
                 self._vectors.setdefault((model_id, text_hash), list(vector))
 
+    def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
+        found: dict[str, str] = {}
+        for stored, i in self._entries():
+            chunk = stored.chunks[i]
+            if (model_id, chunk.text_hash) not in self._vectors:
+                found.setdefault(chunk.text_hash, chunk.index_text)
+                if len(found) == limit:
+                    break
+        return list(found.items())
+
+    def count_missing_vectors(self, model_id: str) -> int:
+        return len(
+            {
+                s.chunks[i].text_hash
+                for s, i in self._entries()
+                if (model_id, s.chunks[i].text_hash) not in self._vectors
+            }
+        )
+
+    def add_vectors(self, model_id: str, vectors: dict[str, Sequence[float]]) -> None:
+        self.cache_vectors(model_id, vectors)
+
     # -- links ------------------------------------------------------------------------------------
     def link_targets(self) -> list[tuple[str, str, str]]:
         targets: list[tuple[str, str, str]] = []

@@ -59,6 +59,7 @@ from ragloop.retrieval.store import (
     Scope,
     StoreError,
     StoreStats,
+    index_text,
 )
 
 try:
@@ -468,6 +469,49 @@ class PostgresStore:
         with contextlib.suppress(psycopg.errors.ReadOnlySqlTransaction):
             self._write(work)  # a read-only replica still answers queries
 
+    def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (text hash, index text) of chunks stored without a vector, each
+        text once, in the order the chunks were stored (one model per knowledge base)."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id WHERE c.embedding IS NULL "
+                "ORDER BY c.pk LIMIT %s",
+                (limit,),
+            ).fetchall()
+        found: dict[str, str] = {}
+        for text_hash, title, heading_path, content in rows:
+            found.setdefault(text_hash, index_text(title, heading_path, content))
+        return list(found.items())
+
+    def count_missing_vectors(self, model_id: str) -> int:
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT count(DISTINCT text_hash) FROM chunks WHERE embedding IS NULL"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def add_vectors(self, model_id: str, vectors: dict[str, Sequence[float]]) -> None:
+        """Vectors of stored chunks (by text hash), and into the embedding cache, in one
+        transaction."""
+        if not vectors:
+            return
+        items = [(h, [float(x) for x in v]) for h, v in vectors.items()]
+
+        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+            with conn.cursor() as cursor:
+                cursor.executemany(
+                    "UPDATE chunks SET embedding = %b::vector "
+                    "WHERE text_hash = %s AND embedding IS NULL",
+                    [(v, h) for h, v in items],
+                )
+                cursor.executemany(
+                    "INSERT INTO embeddings VALUES (%s, %s, %b::vector) ON CONFLICT DO NOTHING",
+                    [(model_id, h, v) for h, v in items],
+                )
+
+        self._write(work)
+
     # -- links ------------------------------------------------------------------------------------
     def link_targets(self) -> list[tuple[str, str, str]]:
         """(name, chunk id, document key) for every document title and last heading."""
@@ -579,11 +623,6 @@ class PostgresKnowledgeBase(KnowledgeBase):
         except BaseException:
             store.close()
             raise
-
-
-def is_postgres_dsn(location: str) -> bool:
-    """Whether a ``--kb`` value names a PostgreSQL database rather than a file."""
-    return location.startswith(("postgresql://", "postgres://"))
 
 
 # -- helpers ---------------------------------------------------------------------------------------

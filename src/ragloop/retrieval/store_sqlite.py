@@ -37,6 +37,7 @@ import numpy.typing as npt
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
 from ragloop.retrieval.bm25 import BM25Index, analyze, pack, term_frequencies, unpack
+from ragloop.retrieval.exact import exact_hits, exact_terms, term_patterns
 from ragloop.retrieval.fusion import fuse
 from ragloop.retrieval.store import (
     ChunkRecord,
@@ -158,7 +159,7 @@ class _KeywordIndex:
 
 @dataclass
 class _DenseIndex:
-    generation: int
+    generation: str
     model_id: str
     pks: npt.NDArray[np.int64]
     collections: npt.NDArray[np.str_]
@@ -594,23 +595,39 @@ class SQLiteStore:
     ) -> list[Chunk]:
         """Keyword and vector search fused by reciprocal rank fusion on row numbers, so only
         the ``top_k`` fused rows are read (the knowledge base's generic fusion reads every
-        row of both lists: ``2 * depth``)."""
+        row of both lists: ``2 * depth``). A query with exact terms
+        (:mod:`ragloop.retrieval.exact`) reads every candidate's text to rank those holding
+        them first."""
         rankings = {
             "bm25": [(pk, score) for pk, score, _ in self._keyword_hits(query, depth, scope)],
             "dense": self._vector_hits(vector, depth, scope),
         }
-        return self._chunks(fuse(rankings, top_k=top_k, k=k, weights=weights), scope)
+        terms = exact_terms(query)
+        rows = None
+        exact = None
+        if terms:
+            pks = list({pk for ranking in rankings.values() for pk, _ in ranking})
+            rows = self._rows_by_pk(pks, scope)
+            patterns = term_patterns(terms)
+            held = {pk: exact_hits(patterns, _index_text(row)) for pk, row in rows.items()}
+            exact = (held, len(terms))
+        hits = fuse(rankings, top_k=top_k, k=k, weights=weights, exact=exact)
+        return self._chunks(hits, scope, rows)
 
     def _chunks(
-        self, hits: Sequence[tuple[int, float, dict[str, float]]], scope: Scope
+        self,
+        hits: Sequence[tuple[int, float, dict[str, float]]],
+        scope: Scope,
+        rows: dict[int, tuple[Any, ...]] | None = None,
     ) -> list[Chunk]:
         """The chunks of (row pk, score, signals), in order; each signal dict becomes the
-        chunk's ``metadata["scores"]``. Rows are read with the scope in the query: a writer
-        may have replaced a row since the index was loaded, and SQLite gives a freed row number
-        to the next chunk inserted, which may belong to another collection."""
+        chunk's ``metadata["scores"]``. Rows are read with the scope in the query (``rows``
+        holds rows read so already): a writer may have replaced a row since the index was
+        loaded, and SQLite gives a freed row number to the next chunk inserted, which may
+        belong to another collection."""
         if not hits:
             return []
-        by_pk = self._rows_by_pk([pk for pk, _, _ in hits], scope)
+        by_pk = rows if rows is not None else self._rows_by_pk([pk for pk, _, _ in hits], scope)
         out = []
         for pk, score, signals in hits:
             row = by_pk.get(pk)
@@ -684,11 +701,66 @@ class SQLiteStore:
             if not _not_writable(error):  # nor does a file made read-only since it was opened
                 raise
 
+    @_guarded
+    def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (text hash, index text) of chunks that have no vector of
+        ``model_id``, each text once, in the order the chunks were stored."""
+        rows = self._conn().execute(
+            "SELECT c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id WHERE NOT EXISTS (SELECT 1 FROM vectors v "
+            "WHERE v.model_id = ? AND v.text_hash = c.text_hash) ORDER BY c.pk LIMIT ?",
+            (model_id, limit),
+        )
+        found: dict[str, str] = {}
+        for text_hash, title, heading_path, content in rows:
+            if text_hash not in found:
+                found[text_hash] = index_text(title, _parse_json(heading_path), content)
+        return list(found.items())
+
+    @_guarded
+    def count_missing_vectors(self, model_id: str) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT count(DISTINCT c.text_hash) FROM chunks c WHERE NOT EXISTS (SELECT 1 "
+                "FROM vectors v WHERE v.model_id = ? AND v.text_hash = c.text_hash)",
+                (model_id,),
+            )
+            .fetchone()
+        )
+        return int(row[0])
+
+    @_guarded
+    def add_vectors(self, model_id: str, vectors: dict[str, Sequence[float]]) -> None:
+        """Vectors of stored chunks (by text hash), in one transaction: dense search sees them
+        from the next query on, in this process and others."""
+        if not vectors:
+            return
+        with self._transaction(self._conn()) as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
+                [(model_id, h, _blob(v)) for h, v in vectors.items()],
+            )
+            # the dense index reloads; the keyword index, keyed by 'generation', does not
+            conn.execute(
+                "INSERT INTO meta VALUES ('vectors', '1') "
+                "ON CONFLICT (key) DO UPDATE SET value = value + 1"
+            )
+
+    def _dense_generation(self) -> str:
+        """Changes when chunks are written and when vectors are added."""
+        rows = dict(
+            self._conn()
+            .execute("SELECT key, value FROM meta WHERE key IN ('generation', 'vectors')")
+            .fetchall()
+        )
+        return f"{rows.get('generation', 0)}:{rows.get('vectors', 0)}"
+
     def _dense_index(self) -> _DenseIndex | None:
         model = self.embedding_model()
         if model is None:
             return None
-        generation = self._generation()
+        generation = self._dense_generation()
         index = self._dense
         if index is not None and index.generation == generation and index.model_id == model[0]:
             return index
@@ -898,6 +970,11 @@ def _to_chunk(row: Sequence[Any], score: float) -> Chunk:
     return Chunk.model_construct(
         content=content, source=source, score=score, metadata=metadata, id=chunk_id
     )
+
+
+def _index_text(row: Sequence[Any]) -> str:
+    """What keyword search indexed for a chunk row: title, headings, text."""
+    return index_text(row[8], _parse_json(row[4]), row[3])
 
 
 def _parse_json(text: str) -> Any:

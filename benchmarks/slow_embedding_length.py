@@ -1,0 +1,141 @@
+"""MiniLM's sequence length and batch size: embedding speed against retrieval quality.
+
+The default embedder read up to 256 word pieces of a chunk; all-MiniLM-L6-v2 was trained on 128.
+Speed: chunks per second of the bare model on 200 chunks of the Python docs (the length mix of a
+real ingest), each setting timed three times in turn (median), so the ratios hold under load.
+Quality: dense and hybrid search on the four retrieval sets of BENCHMARKS.md, with the
+passages embedded at each length (queries are shorter than 128 word
+pieces, so they embed the same either way; so does any passage within 128, so only the
+longer ones are embedded again). Knowledge bases are cached in benchmarks/.cache.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+
+import numpy as np
+import pydocs
+from bench_retrieval import CACHE, DATASETS, score
+
+from ragloop.evaluation.configurations import build_knowledge_base
+from ragloop.evaluation.datasets import load_dataset
+from ragloop.retrieval.chunking import chunk_document
+from ragloop.retrieval.embedders import MiniLMEmbedder
+from ragloop.retrieval.fusion import fuse
+from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.retrieval.readers import read_html
+from ragloop.retrieval.store import Scope, index_text
+
+LENGTHS = (256, 128)
+SPEED_SETTINGS = ((256, 32), (128, 32), (128, 16))
+
+
+def pydocs_sample(n: int = 200) -> list[str]:
+    """Index texts of ``n`` chunks drawn from every third page of the docs."""
+    texts = []
+    for path in sorted(pydocs.corpus().rglob("*.html"))[::3]:
+        doc = read_html(path.read_text(encoding="utf-8"), path)
+        texts += [index_text(doc.title, c.heading_path, c.text) for c in chunk_document(doc)]
+    return random.Random(0).sample(texts, n)
+
+
+def speed_rows() -> list[str]:
+    texts = pydocs_sample()
+    embedders = {s: MiniLMEmbedder(max_length=s[0], batch_size=s[1]) for s in SPEED_SETTINGS}
+    times: dict[tuple[int, int], list[float]] = {s: [] for s in SPEED_SETTINGS}
+    for _ in range(3):
+        for setting, embedder in embedders.items():
+            started = time.perf_counter()
+            embedder.embed(texts)
+            times[setting].append(time.perf_counter() - started)
+    base = len(texts) / statistics.median(times[SPEED_SETTINGS[0]])
+    print(times, file=sys.stderr, flush=True)
+    rows = ["| max length | batch | chunks/s | vs 256 / 32 |", "|---|---|---|---|"]
+    for setting in SPEED_SETTINGS:
+        rate = len(texts) / statistics.median(times[setting])
+        rows.append(f"| {setting[0]} | {setting[1]} | {rate:.1f} | {rate / base:.2f}x |")
+    return rows
+
+
+def dense_at(kb: KnowledgeBase, length: int) -> tuple[np.ndarray, list[str]]:
+    """The knowledge base's vectors as they would be with passages read up to ``length`` word
+    pieces, and each row's source. The stored vectors read 256; a text within ``length`` word
+    pieces embeds the same at any longer limit, so only the longer ones are embedded again."""
+    rows = (
+        kb.store._conn()
+        .execute(
+            "SELECT c.text_hash, d.source, d.title, c.heading_path, c.content, v.vector "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id JOIN vectors v "
+            "ON v.text_hash = c.text_hash AND v.model_id = ? ORDER BY c.pk",
+            (MiniLMEmbedder.model_id,),
+        )
+        .fetchall()
+    )
+    matrix = np.stack([np.frombuffer(r[5], dtype=np.float32) for r in rows]).copy()
+    if length < 256:
+        embedder = MiniLMEmbedder(max_length=length, batch_size=16)
+        texts = [index_text(r[2], json.loads(r[3]), r[4]) for r in rows]
+        lengths = [len(e.ids) for e in embedder._tokenizer.encode_batch(texts)]
+        longer = [i for i, n in enumerate(lengths) if n >= length]
+        if longer:
+            matrix[longer] = np.asarray(embedder.embed([texts[i] for i in longer]))
+    return matrix, [r[1] for r in rows]
+
+
+def ranked(kb: KnowledgeBase, matrix: np.ndarray, sources: list[str], query: str):
+    """(bm25 sources, dense sources, hybrid sources) for a query, 40 deep."""
+    vector = np.asarray(kb.query_vector(query), dtype=np.float32)
+    order = np.argsort(-(matrix @ vector), kind="stable")[:40]
+    dense = [sources[i] for i in order]
+    bm25 = [c.source for c in kb.store.keyword_search(query, 40, Scope())]
+    fused = fuse({"bm25": [(s, 0.0) for s in dict.fromkeys(bm25)],
+                  "dense": [(s, 0.0) for s in dict.fromkeys(dense)]}, top_k=40)  # fmt: skip
+    return bm25, dense, [s for s, _, _ in fused]
+
+
+def quality_rows() -> list[str]:
+    header = ["max length"] + [f"{name} dense | {name} hybrid" for name in DATASETS]
+    rows = ["| " + " | ".join(header) + " |", "|" + "---|" * (1 + 2 * len(DATASETS))]
+    cells: dict[int, list[str]] = {length: [] for length in LENGTHS}
+    for label, data in DATASETS.items():
+        dataset = load_dataset(data)
+        kb = build_knowledge_base(
+            dataset, CACHE / f"{label.lower()}-minilm.sqlite", embedder="minilm"
+        )
+        for length in LENGTHS:
+            matrix, sources = dense_at(kb, length)
+            dense, hybrid = {}, {}
+            for q in dataset.questions:
+                _, dense[q.id], hybrid[q.id] = ranked(kb, matrix, sources, q.question)
+            cells[length] += [score(dataset, dense), score(dataset, hybrid)]
+            print(label, length, cells[length][-2:], file=sys.stderr, flush=True)
+        kb.close()
+    for length in LENGTHS:
+        rows.append(f"| {length} | " + " | ".join(cells[length]) + " |")
+    return rows
+
+
+def run() -> str:
+    lines = [
+        "## MiniLM: sequence length and batch size",
+        "",
+        "Command: `python benchmarks/run.py slow_embedding_length` "
+        "(benchmarks/slow_embedding_length.py). Speed of the bare model on 200 chunks of the "
+        "Python docs (median of 3 rounds, settings interleaved):",
+        "",
+        *speed_rows(),
+        "",
+        "Quality with passages embedded at each length. Cells: recall of all gold passages at 5 "
+        "/ nDCG@10 (hybrid: bm25 + MiniLM fused by plain RRF, k = 5).",
+        "",
+        *quality_rows(),
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(run())
