@@ -355,7 +355,9 @@ def run() -> str:
             "confident but wrong is counted over all questions, refusal over the unanswerable "
             "ones; page@5: a gold page among the first five pages the answer's evidence came "
             "from. Targets (issue 15): accuracy >= 70% (facts >= 80%, paraphrases >= 60%, "
-            "two-part >= 50%), confident but wrong <= 10%, refusal >= 75%, p50 < 1 s.",
+            "two-part >= 50%), confident but wrong <= 10%, refusal >= 75%, p50 < 1 s. Before "
+            "(as issue 15 reported them): RAGLoop.offline 45.3% accurate, 16.0% confident but "
+            "wrong, 92.0% refusal; AgentLoop.offline 44.0%, 66.0%, 0.0%.",
             "",
             *table(chosen),
             "",

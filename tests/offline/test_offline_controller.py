@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import asyncio
 
-from ragloop import AgentLoop, Chunk, Message, OfflineController, StopReason, ToolCall
+import pytest
+
+from ragloop import (
+    AgentLoop,
+    Chunk,
+    KnowledgeBase,
+    Message,
+    OfflineController,
+    StopReason,
+    ToolCall,
+)
 from ragloop.components.controller import read_conversation
+from ragloop.demo import demo_documents
 from ragloop.engines.tools import format_results
 from ragloop.testing import InMemoryRetriever
 
@@ -28,9 +39,19 @@ def test_a_multi_part_question_is_searched_whole_and_part_by_part(shop_kb):
     assert "Sources: [1]" in result.answer
 
 
-def test_it_follows_the_entity_bridge_to_the_next_document(shop_kb):
+@pytest.fixture(scope="module")
+def shop_kb_minilm():
+    """The shop handbook with the default embedder, as users get it: the judge's coefficients
+    are fitted on its similarities."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(demo_documents())
+    yield kb
+    kb.close()
+
+
+def test_it_follows_the_entity_bridge_to_the_next_document(shop_kb_minilm):
     question = "What is the warranty on the tent Priya Shah takes wild camping?"
-    result = AgentLoop.offline(shop_kb).run(question)
+    result = AgentLoop.offline(shop_kb_minilm).run(question)
     assert result.stop_reason is StopReason.ANSWERED
     later = [q for turn, q in searches(result) if turn > 0]
     # the bridge: the tent Priya's pick names, whose page points to the guarantee

@@ -46,21 +46,21 @@ from ragloop.core.records import Chunk
 SENTENCE_FEATURES = ("lexical", "names", "type", "untyped", "similarity", "prior", "lead")
 SENTENCE_COEFFICIENTS = {
     "bias": -5.51,
-    "lexical": 2.27,
+    "lexical": 2.29,
     "names": 0.36,
     "type": 0.70,
     "untyped": -0.70,
-    "similarity": 1.23,
-    "prior": 1.71,
+    "similarity": 1.25,
+    "prior": 1.69,
     "lead": 0.78,
 }
 SENTENCE_LEXICAL = {
-    "bias": -5.16,
-    "lexical": 2.40,
+    "bias": -5.15,
+    "lexical": 2.42,
     "names": 0.43,
     "type": 0.75,
     "untyped": -0.75,
-    "prior": 2.10,
+    "prior": 2.08,
     "lead": 0.83,
 }
 CONTEXT_WEIGHT = 0.5
@@ -75,6 +75,11 @@ LOOSE_WEIGHT = 0.25  # a question term found only inside a longer compound name
 CONTINUATION_GAP = 2.0  # log-odds below the best sentence a continuation may score ...
 BRIDGE_GAP = 3.5  # ... and one that follows a name the chosen sentences introduce
 MIN_GAIN = 0.2  # share of the question's weight a further sentence must add
+TYPED_GAP = 2.0  # log-odds below the best a sentence giving the value asked for may score
+# answer types whose presence a pattern checks reliably (a person's or a place's name is not)
+VALUE_TYPES = frozenset(
+    {"weight", "amount", "duration", "time", "number", "date", "exception", "version", "default"}
+)
 POINTER_SHARE = 0.3  # share of a sentence's new words a name must make up to be a pointer
 
 
@@ -451,11 +456,28 @@ def select(
             if sentence not in chosen:
                 chosen.append(sentence)
     if not chosen:
-        chosen = [ranked[0]]
+        chosen = [_best_typed(scorer, ranked)]
     _add_next_for_type(scorer, ranked, chosen, max_sentences)
     _add_continuations(scorer, ranked, chosen, max_sentences)
     _follow_pointers(scorer, ranked, chosen, max_sentences)
     return chosen
+
+
+def _best_typed(scorer: SentenceScorer, ranked: list[Sentence]) -> Sentence:
+    """The best sentence, or, when the question asks for a value (a weight, a version, an
+    exception's name, ...) that the best one lacks, the best one that gives it, if it scores
+    within ``TYPED_GAP`` log-odds: "It weighs 7.9 kg" under "Bothy 4", not "The Bothy 4 costs
+    £449", for "How heavy is the Bothy 4?"."""
+    best = ranked[0]
+    if scorer.question.answer_type not in VALUE_TYPES or best.features.get("type"):
+        return best
+    floor = _logit(best.score) - TYPED_GAP
+    for sentence in ranked[1:]:
+        if _logit(sentence.score) < floor:
+            break
+        if sentence.features.get("type") and _relevant(sentence, scorer.question.stems):
+            return sentence
+    return best
 
 
 def _relevant(sentence: Sentence, asked: frozenset[str]) -> bool:

@@ -122,14 +122,14 @@ ANSWER_FEATURES = (
     "evidence",
 )
 ANSWER_COEFFICIENTS = {
-    "bias": -3.84,
-    "coverage": 1.79,
-    "names": 0.84,
-    "similarity": 3.13,
+    "bias": -3.87,
+    "coverage": 1.85,
+    "names": 0.85,
+    "similarity": 3.08,
     "typed": 0.00,
     "untyped": 0.00,
-    "length": -0.69,
-    "foreign": -1.04,
+    "length": -0.68,
+    "foreign": -1.26,
     "parts_missing": 0.00,
     "ungrounded": -3.0,  # not fitted: extractive answers are always grounded (see above)
     "evidence": 0.00,
@@ -137,14 +137,14 @@ ANSWER_COEFFICIENTS = {
 
 
 ANSWER_LEXICAL = {  # the same without an embedder
-    "bias": -2.91,
-    "coverage": 2.19,
-    "names": 1.36,
+    "bias": -2.96,
+    "coverage": 2.20,
+    "names": 1.43,
     "typed": 0.00,
     "untyped": 0.00,
-    "length": -0.08,
+    "length": -0.09,
     "foreign": 0.00,
-    "parts_missing": -0.63,
+    "parts_missing": -0.61,
     "ungrounded": -3.0,
     "evidence": 0.00,
 }

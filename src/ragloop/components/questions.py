@@ -231,7 +231,9 @@ def profile(question: str) -> QuestionProfile:
         parts=question_parts(question),
         answer_type=answer_type,
         stems=frozenset(stem(t) for t in terms),
-        focus=tuple(t for t in content_terms(focus[1]) if t in terms) if focus else (),
+        focus=tuple(t for t in content_terms(focus[1]) if t in terms and not is_generic(t))
+        if focus
+        else (),
         identifiers=tuple(identifiers),
     )
 
