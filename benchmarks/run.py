@@ -49,6 +49,7 @@ def load(path: Path):  # type: ignore[no-untyped-def]
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 
