@@ -28,11 +28,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ragloop.components.citations import answer_text, source_label
+from ragloop.components.citations import NO_ANSWER, answer_text, source_label
 from ragloop.components.corpus import Corpus
-from ragloop.components.evaluators import Analysis, HeuristicEvaluator
-from ragloop.components.generators import NO_ANSWER, ExtractiveGenerator
-from ragloop.components.judging import AnswerJudge
+from ragloop.components.evaluators import HeuristicEvaluator
+from ragloop.components.generators import ExtractiveGenerator
+from ragloop.components.judging import Analysis, AnswerJudge
 from ragloop.components.questions import profile
 from ragloop.components.text import content_stems, normalize_query, stem
 from ragloop.core.rag_records import GeneratorOutput

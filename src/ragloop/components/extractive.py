@@ -273,7 +273,7 @@ class SentenceScorer:
         entities, code = self.question.entities, self.question.identifiers
         if not entities and not code:
             return 0.0
-        found = sum(sentence.has_name(e) for e in entities if e not in code)
+        found = float(sum(sentence.has_name(e) for e in entities if e not in code))
         found += sum(sentence.names_code(c) for c in code)
         return found / len([e for e in entities if e not in code] + list(code))
 

@@ -61,8 +61,8 @@ from ragloop.core.records import Chunk
 MANY_TERMS = 12  # a question with this many content terms asks a lot (multi-hop, multi-part)
 RECENT_ANALYSES = 64  # analyses an AnswerJudge keeps (one loop's generator and evaluator share)
 SUPPORT_SIMILARITY = 0.85  # embedding cosine at which a paraphrase counts as supported
-COMPLETE_COVERAGE = 0.75
-UNFINISHED_AT_MOST = 0.4  # the most an unfinished answer (a part or hop missing) can score  # weighted share of the question's terms a complete answer covers
+COMPLETE_COVERAGE = 0.75  # weighted share of the question's terms a complete answer covers
+UNFINISHED_AT_MOST = 0.4  # the most an unfinished answer (a part or hop missing) can score
 
 
 @dataclass
@@ -193,7 +193,7 @@ def names_given(asked: QuestionProfile, text: str, backing: list[Chunk]) -> floa
     words = set(tokenize(where))
     stems = frozenset(content_stems(where))
     loose = frozenset(loose_stems(where))
-    found = sum(bool(words) and set(tokenize(e)) <= words for e in entities)
+    found = float(sum(bool(words) and set(tokenize(e)) <= words for e in entities))
     found += sum(code_name_found(name, where, stems, loose) for name in code)
     return found / (len(code) + len(entities))
 
@@ -299,9 +299,9 @@ class AnswerJudge:
         names = [t for t in unread if not is_common_word(t) and stem(t) not in generic]
         found.foreign_share = sum(weights.get(stem(t), 0.0) for t in names) / total
         found.focus_missing = [t for t in asked.focus if stem(t) not in said | context | soft]
-        weights = set(scorer.weights)
+        weighted = set(scorer.weights)
         for i, part in enumerate(asked.parts if asked.is_multi_part else []):
-            wanted = content_stems(part) & weights
+            wanted = content_stems(part) & weighted
             if wanted and len(wanted & (said | context)) * 2 < len(wanted):
                 found.uncovered_parts.append((i, part))
         found.type_found = any(
