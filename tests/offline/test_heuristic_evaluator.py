@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ragloop import Chunk, ExtractiveGenerator, HeuristicEvaluator, ReformulationStrategy
+from ragloop import (
+    Chunk,
+    Document,
+    ExtractiveGenerator,
+    HeuristicEvaluator,
+    KnowledgeBase,
+    ReformulationStrategy,
+)
 from ragloop.components.judging import answer_probability
 from ragloop.components.questions import profile
 from ragloop.components.reformulators import select_strategy
@@ -124,3 +131,47 @@ def test_no_answer_scores_low(answer, expected):
     assert verdict.score < 0.5
     assert not verdict.is_grounded
     assert select_strategy(verdict.reason) is ReformulationStrategy.STEP_BACK
+
+
+def test_a_part_whose_code_name_the_answer_lacks_is_not_covered():
+    """Another argument of the same function does not answer "the default isolation_level"."""
+    question = (
+        "What is the default isolation_level of sqlite3.connect(), and which exception is raised "
+        "if a connection is used from another thread?"
+    )
+    chunks = [
+        chunk(
+            "If check_same_thread is True (the default), ProgrammingError will be raised if the "
+            "connection is used by a thread other than the one that created it.",
+            title="sqlite3.connect(database, timeout=5.0)",
+        )
+    ]
+    verdict = judge(HeuristicEvaluator(), question, chunks)
+    assert verdict.reason.startswith("multi-part question: first part")
+    assert verdict.score <= 0.4
+
+
+def test_a_name_no_document_mentions_caps_the_score():
+    """The documents never mention Gunicorn: a number about other workers answers something
+    else, however well it matches the rest of the question."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(
+        [
+            Document(
+                text="A process pool starts os.cpu_count() worker processes by default.",
+                source="pool.md",
+                title="Process pools",
+            ),
+            Document(
+                text="A thread pool starts at most 32 worker threads.",
+                source="threads.md",
+                title="Thread pools",
+            ),
+        ]
+    )
+    question = "How many worker processes does Gunicorn start by default?"
+    chunks = kb.search(question, top_k=2)
+    verdict = judge(HeuristicEvaluator(corpus=kb), question, chunks)
+    assert "gunicorn" in verdict.reason
+    assert verdict.score <= 0.4
+    kb.close()

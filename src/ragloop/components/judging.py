@@ -48,6 +48,7 @@ from ragloop.components.extractive import (
 from ragloop.components.grounding import LexicalGrounder
 from ragloop.components.questions import QuestionProfile, gives_answer_type, is_generic
 from ragloop.components.text import (
+    code_names,
     content_stems,
     entity_phrases,
     is_common_word,
@@ -87,6 +88,7 @@ class Analysis:
     similarity: float = 0.0  # best embedding cosine of an answer sentence to the question
     names_given: float = 1.0  # share of the question's names (entities, code) the answer gives
     foreign_share: float = 0.0  # weight of question terms no document uses, none standing in
+    unknown_names: list[str] = field(default_factory=list)  # ... that are names or jargon
     embedded: bool = False  # whether the judge had an embedder (similarity, other words)
 
     @property
@@ -170,13 +172,15 @@ def answer_features(asked: QuestionProfile, found: Analysis) -> dict[str, float]
 def answer_probability(asked: QuestionProfile, found: Analysis) -> float:
     """The chance that the answer analysed is right (0 when there is no answer). An answer
     that leaves a part of the question uncovered, or points to a document not yet read for
-    what was asked (a second hop), is unfinished whatever its other features say: it gets at
-    most :data:`UNFINISHED_AT_MOST`, so a loop goes on to finish it."""
+    what was asked (a second hop), is unfinished whatever its other features say, and one to
+    a question about a name or term no document mentions ("gunicorn", "bitcoin") answers
+    something else: either gets at most :data:`UNFINISHED_AT_MOST`, so a loop goes on (or
+    says it found nothing)."""
     if not found.answered:
         return 0.0
     coefficients = ANSWER_COEFFICIENTS if found.embedded else ANSWER_LEXICAL
     probability = logistic(coefficients, answer_features(asked, found))
-    if found.hops or found.uncovered_parts:
+    if found.hops or found.uncovered_parts or found.unknown_names:
         return min(probability, UNFINISHED_AT_MOST)
     return probability
 
@@ -298,11 +302,17 @@ class AnswerJudge:
         total = sum(weights.values()) or 1.0
         names = [t for t in unread if not is_common_word(t) and stem(t) not in generic]
         found.foreign_share = sum(weights.get(stem(t), 0.0) for t in names) / total
+        found.unknown_names = names
         found.focus_missing = [t for t in asked.focus if stem(t) not in said | context | soft]
         weighted = set(scorer.weights)
+        where = " ".join([text, *(chunk_context(c) for c in backing)])
+        where_stems = frozenset(said | context)
         for i, part in enumerate(asked.parts if asked.is_multi_part else []):
             wanted = content_stems(part) & weighted
-            if wanted and len(wanted & (said | context)) * 2 < len(wanted):
+            # a part's code names are what it is about: "the default isolation_level of
+            # sqlite3.connect()" is not answered by another argument of sqlite3.connect()
+            unnamed = [n for n in code_names(part) if not code_name_found(n, where, where_stems)]
+            if (wanted and len(wanted & (said | context)) * 2 < len(wanted)) or unnamed:
                 found.uncovered_parts.append((i, part))
         found.type_found = any(
             gives_answer_type(asked.answer_type, s, asked.text) for s in sentences
