@@ -122,9 +122,10 @@ def code_name_found(
     own rather than inside other names, else 0."""
     text = where.lower()
     wanted = name.lower()
-    tail = wanted.rsplit(".", 1)[-1]
+    tail = name.rsplit(".", 1)[-1]
+    # the last part alone in its own case: ``typing.Self`` is not any "self"
     if re.search(rf"(?<![\w.]){re.escape(wanted)}(?!\w)", text) or (
-        tail != wanted and re.search(rf"(?<!\w){re.escape(tail)}(?!\w)", text)
+        tail != name and re.search(rf"(?<!\w){re.escape(tail)}(?!\w)", where)
     ):
         return 1.0
     words = [stem(t) for t in tokenize(tail)]
