@@ -36,7 +36,15 @@ import numpy.typing as npt
 
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
-from ragloop.retrieval.bm25 import BM25Index, analyze, pack, term_frequencies, unpack
+from ragloop.retrieval.bm25 import (
+    BM25Index,
+    PostingsBlock,
+    analyze,
+    block,
+    pack,
+    term_frequencies,
+    unpack,
+)
 from ragloop.retrieval.exact import exact_hits, exact_terms, term_patterns
 from ragloop.retrieval.fusion import fuse
 from ragloop.retrieval.store import (
@@ -105,6 +113,23 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE TABLE vocabulary (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
         """,
     ),
+    (
+        3,
+        # vectors in a rowid table: a WITHOUT ROWID row holds at most about 1 KB in its page,
+        # so every 1.5 KB vector spilled into an overflow page of its own (4.9 KB a vector on
+        # disk, 2.1 KB now)
+        """
+        CREATE TABLE vectors_by_rowid (
+            model_id TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            UNIQUE (model_id, text_hash)
+        );
+        INSERT INTO vectors_by_rowid SELECT model_id, text_hash, vector FROM vectors;
+        DROP TABLE vectors;
+        ALTER TABLE vectors_by_rowid RENAME TO vectors;
+        """,
+    ),
 ]
 
 # Columns that filters may name directly; any other key is looked up in the chunk's metadata,
@@ -120,7 +145,7 @@ _CHUNK_COLUMNS = (
     "c.pk, c.id, c.position, c.content, c.heading_path, c.metadata, "
     "d.collection, d.source, d.title, d.metadata"
 )
-MMAP_BYTES = 1 << 30  # address space, not memory: pages load on demand
+BLOCK = 8192  # rows read at a time when an index is loaded
 
 _SELECT_CHUNKS = f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id"
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -150,10 +175,38 @@ def _guarded(
 
 
 @dataclass
+class _Rows:
+    """Which chunk each position of an index holds: its row pk and its collection (as a
+    number into ``names``: one int32 a chunk, whatever the name's length)."""
+
+    pks: npt.NDArray[np.int64]
+    collections: npt.NDArray[np.int32]
+    names: list[str]
+
+    @classmethod
+    def read(cls, parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]],
+             names: dict[str, int]) -> _Rows:  # fmt: skip
+        if not parts:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int32), list(names))
+        pks, collections = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+        return cls(pks, collections, list(names))
+
+
+def _row_block(
+    rows: list[Any], names: dict[str, int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """The pks and collection numbers of rows that start (pk, collection, ...)."""
+    pks = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+    codes = np.fromiter(
+        (names.setdefault(row[1], len(names)) for row in rows), dtype=np.int32, count=len(rows)
+    )
+    return pks, codes
+
+
+@dataclass
 class _KeywordIndex:
     generation: int
-    pks: npt.NDArray[np.int64]
-    collections: npt.NDArray[np.str_]
+    rows: _Rows
     bm25: BM25Index
 
 
@@ -161,8 +214,7 @@ class _KeywordIndex:
 class _DenseIndex:
     generation: str
     model_id: str
-    pks: npt.NDArray[np.int64]
-    collections: npt.NDArray[np.str_]
+    rows: _Rows
     # (dimension, chunks), one column per chunk: ``query @ columns`` runs 2 to 3 times faster
     # than ``rows @ query`` here (BLAS walks contiguous memory in that layout)
     columns: npt.NDArray[np.float32]
@@ -234,9 +286,9 @@ class SQLiteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
-            # reads through a memory map skip a copy per page: a search fetches its chunks
-            # from pages scattered over the file (about a third of a bm25 query's time at 100k)
-            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+            # no memory map: loading the indexes reads the whole file, and every page read
+            # through a map stays in the process's resident memory (700 MB at 100k chunks)
+            # for a gain of 0.04 ms a search
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -517,38 +569,44 @@ class SQLiteStore:
         return (" AND ".join(clauses), params)
 
     def _keyword_index(self) -> _KeywordIndex:
+        """The BM25 index, rebuilt when a write changed the file. Rows are read a block at a
+        time and kept as compact arrays, never as a list of every row."""
         generation = self._generation()
         index = self._keyword
         if index is not None and index.generation == generation:
             return index
         conn = self._conn()
-        rows = conn.execute(
-            "SELECT c.pk, d.collection, c.terms FROM chunks c "
-            "JOIN documents d ON d.id = c.document_id ORDER BY c.pk"
-        ).fetchall()
         vocabulary, words = conn.execute(
             "SELECT coalesce(max(id), 0) + 1, count(*) FROM vocabulary"
         ).fetchone()
         if vocabulary > 2 * words + 1024:  # ids are dense; a damaged one must not size arrays
             raise ValueError(f"vocabulary id {vocabulary - 1} for {words} words")
-        index = _KeywordIndex(
-            generation,
-            np.array([r[0] for r in rows], dtype=np.int64),
-            np.array([r[1] for r in rows], dtype=np.str_),
-            BM25Index.build([unpack(r[2]) for r in rows], vocabulary),
+        cursor = conn.execute(
+            "SELECT c.pk, d.collection, c.terms FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id ORDER BY c.pk"
         )
+        parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
+        names: dict[str, int] = {}
+
+        def blocks() -> Iterator[PostingsBlock]:
+            while rows := cursor.fetchmany(BLOCK):
+                parts.append(_row_block(rows, names))
+                yield block([unpack(row[2]) for row in rows])
+
+        bm25 = BM25Index.from_blocks(blocks(), vocabulary)
+        index = _KeywordIndex(generation, _Rows.read(parts, names), bm25)
         self._keyword = index
         return index
 
-    def _scope_mask(
-        self, pks: npt.NDArray[np.int64], collections: npt.NDArray[np.str_], scope: Scope
-    ) -> npt.NDArray[np.bool_] | None:
+    def _scope_mask(self, rows: _Rows, scope: Scope) -> npt.NDArray[np.bool_] | None:
         """Which rows of an index the scope admits (None: all)."""
         if scope.collections is None and not scope.filters:
             return None
+        pks = rows.pks
         mask = np.ones(len(pks), dtype=bool)
         if scope.collections is not None:
-            mask &= np.isin(collections, list(scope.collections))
+            wanted = [code for code, name in enumerate(rows.names) if name in scope.collections]
+            mask &= np.isin(rows.collections, wanted)
         if scope.filters:
             where, params = self._scope_sql(scope)
             allowed = [
@@ -577,9 +635,9 @@ class SQLiteStore:
             return []
         index = self._keyword_index()
         ids = self._term_ids(self._conn(), terms, add=False)
-        mask = self._scope_mask(index.pks, index.collections, scope)
+        mask = self._scope_mask(index.rows, scope)
         hits = index.bm25.search([ids[t] for t in terms if t in ids], top_k, mask)
-        return [(int(index.pks[i]), score, raw) for i, score, raw in hits]
+        return [(int(index.rows.pks[i]), score, raw) for i, score, raw in hits]
 
     @_guarded
     def hybrid_search(
@@ -764,27 +822,28 @@ class SQLiteStore:
         index = self._dense
         if index is not None and index.generation == generation and index.model_id == model[0]:
             return index
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT c.pk, d.collection, v.vector FROM chunks c "
-                "JOIN documents d ON d.id = c.document_id "
-                "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ? ORDER BY c.pk",
-                (model[0],),
-            )
-            .fetchall()
+        cursor = self._conn().execute(
+            "SELECT c.pk, d.collection, v.vector FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id "
+            "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ? ORDER BY c.pk",
+            (model[0],),
         )
-        matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
-        columns = np.ascontiguousarray(matrix.reshape(len(rows), model[1]).T)
-        if not np.isfinite(columns).all():  # a damaged blob: NaN scores would rank at random
-            raise ValueError("stored vectors hold values that are not finite numbers")
-        index = _DenseIndex(
-            generation,
-            model[0],
-            np.array([r[0] for r in rows], dtype=np.int64),
-            np.array([r[1] for r in rows], dtype=np.str_),
-            columns,
-        )
+        parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
+        names: dict[str, int] = {}
+        blocks: list[npt.NDArray[np.float32]] = []
+        while rows := cursor.fetchmany(BLOCK):
+            parts.append(_row_block(rows, names))
+            matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+            blocks.append(matrix.reshape(len(rows), model[1]))
+            if not np.isfinite(blocks[-1]).all():  # a damaged blob: NaN would rank at random
+                raise ValueError("stored vectors hold values that are not finite numbers")
+        columns = np.empty((model[1], sum(len(b) for b in blocks)), dtype=np.float32)
+        filled = 0
+        while blocks:  # each block is freed as it is copied: the matrix is held once
+            matrix = blocks.pop(0)
+            columns[:, filled : filled + len(matrix)] = matrix.T
+            filled += len(matrix)
+        index = _DenseIndex(generation, model[0], _Rows.read(parts, names), columns)
         self._dense = index
         return index
 
@@ -798,7 +857,7 @@ class SQLiteStore:
     ) -> list[tuple[int, float]]:
         """(row pk, cosine clipped to [0, 1]) of the ``top_k`` nearest rows, best first."""
         index = self._dense_index()
-        if index is None or scope.empty or top_k < 1 or not len(index.pks):
+        if index is None or scope.empty or top_k < 1 or not len(index.rows.pks):
             return []
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
@@ -808,13 +867,13 @@ class SQLiteStore:
                 f"{index.columns.shape[0]}-d vectors"
             )
         scores = (query / norm) @ index.columns
-        mask = self._scope_mask(index.pks, index.collections, scope)
+        mask = self._scope_mask(index.rows, scope)
         if mask is None:
             top = _best(scores, top_k)
         else:
             candidates = np.flatnonzero(mask)
             top = candidates[_best(scores[candidates], top_k)]
-        return [(int(index.pks[i]), float(min(1.0, max(0.0, scores[i])))) for i in top]
+        return [(int(index.rows.pks[i]), float(min(1.0, max(0.0, scores[i])))) for i in top]
 
     def _rows_by_pk(self, pks: list[int], scope: Scope) -> dict[int, tuple[Any, ...]]:
         where, params = self._scope_sql(scope)
