@@ -822,27 +822,28 @@ class SQLiteStore:
         index = self._dense
         if index is not None and index.generation == generation and index.model_id == model[0]:
             return index
-        cursor = self._conn().execute(
-            "SELECT c.pk, d.collection, v.vector FROM chunks c "
-            "JOIN documents d ON d.id = c.document_id "
-            "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ? ORDER BY c.pk",
-            (model[0],),
+        joined = (
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ?"
         )
-        parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
-        names: dict[str, int] = {}
-        blocks: list[npt.NDArray[np.float32]] = []
-        while rows := cursor.fetchmany(BLOCK):
-            parts.append(_row_block(rows, names))
-            matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
-            blocks.append(matrix.reshape(len(rows), model[1]))
-            if not np.isfinite(blocks[-1]).all():  # a damaged blob: NaN would rank at random
-                raise ValueError("stored vectors hold values that are not finite numbers")
-        columns = np.empty((model[1], sum(len(b) for b in blocks)), dtype=np.float32)
-        filled = 0
-        while blocks:  # each block is freed as it is copied: the matrix is held once
-            matrix = blocks.pop(0)
-            columns[:, filled : filled + len(matrix)] = matrix.T
-            filled += len(matrix)
+        conn = self._conn()
+        with _snapshot(conn):  # the count and the rows from one state of the file
+            (count,) = conn.execute(f"SELECT count(*) {joined}", (model[0],)).fetchone()
+            # filled a block at a time: the matrix is the only copy of the vectors held
+            columns = np.empty((model[1], count), dtype=np.float32)
+            cursor = conn.execute(
+                f"SELECT c.pk, d.collection, v.vector {joined} ORDER BY c.pk", (model[0],)
+            )
+            parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
+            names: dict[str, int] = {}
+            filled = 0
+            while rows := cursor.fetchmany(BLOCK):
+                parts.append(_row_block(rows, names))
+                matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+                if not np.isfinite(matrix).all():  # a damaged blob: NaN would rank at random
+                    raise ValueError("stored vectors hold values that are not finite numbers")
+                columns[:, filled : filled + len(rows)] = matrix.reshape(len(rows), model[1]).T
+                filled += len(rows)
         index = _DenseIndex(generation, model[0], _Rows.read(parts, names), columns)
         self._dense = index
         return index
@@ -974,6 +975,19 @@ class SQLiteStore:
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+
+
+@contextmanager
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """Reads that see one state of the file (a read transaction, unless one is open)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
 
 
 def _not_writable(error: BaseException) -> bool:
