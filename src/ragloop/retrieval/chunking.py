@@ -42,7 +42,7 @@ def chunk_size(text: str) -> int:
     """The size chunking bounds: words and punctuation marks (as ``count_tokens`` counts
     them), each character of an unspaced script, and at least one per ``CHARS_PER_TOKEN``
     characters."""
-    marks = sum(1 for _ in _MEASURE.finditer(text))
+    marks = len(_MEASURE.findall(text))
     return max(marks, len(text) // CHARS_PER_TOKEN)
 
 

@@ -48,7 +48,7 @@ from ragloop.retrieval.store import (
 logger = logging.getLogger("ragloop")
 
 ProgressCallback = Callable[[IngestProgress], None]
-WRITE_BATCH = 256  # chunks read before they are written (a transaction per document)
+WRITE_BATCH = 256  # chunks read before they are written, in one transaction
 EMBED_WINDOW = 1024  # chunks without a vector fetched at once, then sorted by length
 EMBED_BATCH = 64  # chunks embedded, stored and reported together
 
@@ -179,6 +179,8 @@ def store_text(
     known = {doc.source: doc for doc in store.documents(collection)}
     names = NameIndex.from_targets(store.link_targets()) if link_titles else None
     pending: list[_Prepared] = []
+    pending_sources: set[str] = set()
+    pending_chunks = 0
     for done, item in enumerate(items):
         progress.update(files_done=done, source=item.source)
         stored = known.get(item.source)
@@ -223,10 +225,15 @@ def store_text(
             if stored is not None:  # its earlier version no longer stands
                 report.removed += store.delete_document(item.source, collection)
             continue
-        pending.append(prepared)
-        if sum(len(p.chunks) for p in pending) >= WRITE_BATCH:
+        if item.source in pending_sources:  # the same source again: write the first one
             _write(store, pending, names, cached_model, report, progress)
-            pending = []
+            pending, pending_sources, pending_chunks = [], set(), 0
+        pending.append(prepared)
+        pending_sources.add(item.source)
+        pending_chunks += len(prepared.chunks)
+        if pending_chunks >= WRITE_BATCH:
+            _write(store, pending, names, cached_model, report, progress)
+            pending, pending_sources, pending_chunks = [], set(), 0
     _write(store, pending, names, cached_model, report, progress)
     progress.update(files_done=progress.state.files_total, source="")
 
@@ -273,25 +280,43 @@ def _write(
         cached = store.cached_vectors(cached_model, [c.text_hash for c in chunks])
         for chunk in chunks:
             chunk.vector = cached.get(chunk.text_hash)
+    documents = [(p.doc, p.chunks) for p in pending]
+    links = _batch_links(store, pending, names) if names is not None else []
+    replace_documents = getattr(store, "replace_documents", None)
+    if replace_documents is not None:
+        replace_documents(documents, links)
+    else:  # a store written before replace_documents: a transaction per document
+        for doc, chunks in documents:
+            store.replace_document(doc, chunks)
+        store.add_links(links)
     for prepared in pending:
-        doc_key = f"{prepared.doc.collection}\0{prepared.doc.source}"
-        links: list[Link] = []
-        if names is not None:
-            names.discard(doc_key)  # a replaced document's names pointed at its old chunks
-            for chunk in prepared.chunks:
-                for target, mention in names.mentions(chunk.content, doc_key):
-                    links.append(Link(chunk.id, target, mention))
-            links = canonical([*links, *reverse_links(store, prepared.names)])
-        store.replace_document(prepared.doc, prepared.chunks, links)
-        if names is not None:
-            for name, target, key in prepared.names:
-                names.add(name, target, key)
         report.chunks_added += len(prepared.chunks)
         if prepared.replaced:
             report.updated += 1
         else:
             report.added += 1
     progress.update(chunks_stored=report.chunks_added)
+
+
+def _batch_links(store: Store, pending: list[_Prepared], names: NameIndex) -> list[Link]:
+    """The links of documents written together: their chunks' mentions of names stored
+    before (``names``) and of each other's names, and stored chunks' mentions of their names.
+    ``names`` then holds the batch's names."""
+    keys = [f"{p.doc.collection}\0{p.doc.source}" for p in pending]
+    for doc_key in keys:
+        names.discard(doc_key)  # a replaced document's names pointed at its old chunks
+    batch = NameIndex.from_targets(name for p in pending for name in p.names)
+    links: list[Link] = []
+    for prepared, doc_key in zip(pending, keys, strict=True):
+        for chunk in prepared.chunks:
+            for index in (names, batch):
+                for target, mention in index.mentions(chunk.content, doc_key):
+                    links.append(Link(chunk.id, target, mention))
+        links += reverse_links(store, prepared.names)
+    for prepared in pending:
+        for name, target, key in prepared.names:
+            names.add(name, target, key)
+    return canonical(links)
 
 
 def embed_missing(store: Store, embedder: Embedder, progress: Progress) -> int:

@@ -455,48 +455,80 @@ class SQLiteStore:
         self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
     ) -> list[str]:
         """Replace a document, its chunks, vectors and the links given, in one transaction."""
-        with self._write() as conn:
-            self._delete(conn, doc.source, doc.collection)
-            cursor = conn.execute(
-                "INSERT INTO documents (collection, source, title, content_hash, metadata, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    doc.collection,
-                    doc.source,
-                    doc.title,
-                    doc.content_hash,
-                    json.dumps(doc.metadata),
-                    datetime.now(UTC).isoformat(),
-                ),
-            )
-            document_id = cursor.lastrowid
-            model = self._model(conn)
-            for chunk in chunks:
-                cursor = conn.execute(
-                    "INSERT INTO chunks (id, document_id, position, content, heading_path, "
-                    "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        chunk.id,
-                        document_id,
-                        chunk.position,
-                        chunk.content,
-                        json.dumps(chunk.heading_path),
-                        chunk.text_hash,
-                        json.dumps(chunk.metadata),
-                        self._pack(conn, chunk.index_text),
-                    ),
-                )
-                conn.execute(
-                    "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
-                    (cursor.lastrowid, chunk.index_text),
-                )
-                if chunk.vector is not None and model is not None:
-                    conn.execute(
-                        "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
-                        (model[0], chunk.text_hash, _blob(chunk.vector)),
-                    )
-            self._insert_links(conn, links)
+        self.replace_documents([(doc, chunks)], links)
         return [c.id for c in chunks]
+
+    @_guarded
+    def replace_documents(
+        self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
+    ) -> None:
+        """Replace documents in one transaction (a commit costs more than a document's rows),
+        then add the links given. Rows go in by ``executemany``, the vocabulary ids of the
+        whole batch are looked up at once."""
+        with self._write() as conn:
+            model = self._model(conn)
+            counts = [term_frequencies(c.index_text) for _, chunks in documents for c in chunks]
+            ids = self._term_ids(conn, (term for found in counts for term in found), add=True)
+            packed = iter([pack({ids[t]: n for t, n in found.items()}) for found in counts])
+            for doc, chunks in documents:
+                self._replace(conn, doc, chunks, model, packed)
+            self._insert_links(conn, links)
+
+    def _replace(
+        self,
+        conn: sqlite3.Connection,
+        doc: DocumentRecord,
+        chunks: list[ChunkRecord],
+        model: tuple[str, int] | None,
+        packed: Iterator[bytes],
+    ) -> None:
+        self._delete(conn, doc.source, doc.collection)
+        cursor = conn.execute(
+            "INSERT INTO documents (collection, source, title, content_hash, metadata, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                doc.collection,
+                doc.source,
+                doc.title,
+                doc.content_hash,
+                json.dumps(doc.metadata),
+                datetime.now(UTC).isoformat(),
+            ),
+        )
+        document_id = cursor.lastrowid
+        # the row numbers SQLite would give, chosen here so the keyword rows go in together
+        (first,) = conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM chunks").fetchone()
+        conn.executemany(
+            "INSERT INTO chunks (pk, id, document_id, position, content, heading_path, "
+            "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    first + i,
+                    chunk.id,
+                    document_id,
+                    chunk.position,
+                    chunk.content,
+                    json.dumps(chunk.heading_path),
+                    chunk.text_hash,
+                    json.dumps(chunk.metadata),
+                    next(packed),
+                )
+                for i, chunk in enumerate(chunks)
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
+            [(first + i, chunk.index_text) for i, chunk in enumerate(chunks)],
+        )
+        if model is not None:
+            conn.executemany(
+                "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
+                [
+                    (model[0], chunk.text_hash, _blob(chunk.vector))
+                    for chunk in chunks
+                    if chunk.vector is not None
+                ],
+            )
 
     def _delete(self, conn: sqlite3.Connection, source: str, collection: str | None) -> int:
         where = "source = ?" + (" AND collection = ?" if collection is not None else "")
