@@ -50,7 +50,8 @@ logger = logging.getLogger("ragloop")
 ProgressCallback = Callable[[IngestProgress], None]
 WRITE_BATCH = 256  # chunks read before they are written, in one transaction
 EMBED_WINDOW = 1024  # chunks without a vector fetched at once, then sorted by length
-EMBED_BATCH = 64  # chunks embedded, stored and reported together
+EMBED_BATCH = 64  # chunks embedded and reported together
+STORE_EVERY_S = 0.5  # an interrupted run loses at most this much embedding
 
 
 class Item(Protocol):
@@ -320,21 +321,36 @@ def _batch_links(store: Store, pending: list[_Prepared], names: NameIndex) -> li
 
 
 def embed_missing(store: Store, embedder: Embedder, progress: Progress) -> int:
-    """Phase two: embed every chunk without a vector, ``EMBED_BATCH`` at a time, each batch
-    stored as it is done. Returns how many texts were embedded."""
+    """Phase two: embed every chunk without a vector, ``EMBED_BATCH`` at a time. What is done
+    is stored every ``STORE_EVERY_S`` seconds, at the end of each window and when the run is
+    interrupted (a commit per batch cost more than embedding it with a fast embedder).
+    Returns how many texts were embedded."""
     model = embedder.model_id
     total = store.count_missing_vectors(model)
     progress.phase("embedding", chunks_to_embed=total, chunks_embedded=0)
     done = 0
-    while window := store.missing_vectors(model, EMBED_WINDOW):
-        window.sort(key=lambda item: len(item[1]))
-        for start in range(0, len(window), EMBED_BATCH):
-            batch = window[start : start + EMBED_BATCH]
-            vectors = embedder.embed([text for _, text in batch])
-            check_vectors(vectors, len(batch), embedder.dimension)
-            store.add_vectors(model, {h: v for (h, _), v in zip(batch, vectors, strict=True)})
-            done += len(batch)
-            progress.update(chunks_embedded=done, chunks_to_embed=max(total, done))
+    pending: dict[str, Sequence[float]] = {}
+    try:
+        while window := store.missing_vectors(model, EMBED_WINDOW):
+            window.sort(key=lambda item: len(item[1]))
+            stored_at = time.perf_counter()
+            for start in range(0, len(window), EMBED_BATCH):
+                batch = window[start : start + EMBED_BATCH]
+                vectors = embedder.embed([text for _, text in batch])
+                check_vectors(vectors, len(batch), embedder.dimension)
+                pending.update(zip((h for h, _ in batch), vectors, strict=True))
+                if time.perf_counter() - stored_at >= STORE_EVERY_S:
+                    store.add_vectors(model, pending)
+                    pending, stored_at = {}, time.perf_counter()
+                done += len(batch)
+                progress.update(chunks_embedded=done, chunks_to_embed=max(total, done))
+            store.add_vectors(model, pending)
+            pending = {}
+    except StoreError:
+        raise
+    except BaseException:  # interrupted (Ctrl-C, a failing embedder): keep what was embedded
+        store.add_vectors(model, pending)
+        raise
     return done
 
 

@@ -233,6 +233,7 @@ class SQLiteStore:
         self._keyword: _KeywordIndex | None = None
         self._vocabulary: dict[str, int] = {}
         self._new_terms: list[str] | None = None  # cached in the open write transaction
+        self._missing_after: dict[str, int] = {}  # where missing_vectors goes on, by model
         self._closed = False
         self.read_only = False
         self._uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}"
@@ -520,7 +521,7 @@ class SQLiteStore:
             "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
             [(first + i, chunk.index_text) for i, chunk in enumerate(chunks)],
         )
-        if model is not None:
+        if model is not None and any(chunk.vector is not None for chunk in chunks):
             conn.executemany(
                 "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
                 [
@@ -794,18 +795,36 @@ class SQLiteStore:
     @_guarded
     def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` (text hash, index text) of chunks that have no vector of
-        ``model_id``, each text once, in the order the chunks were stored."""
-        rows = self._conn().execute(
-            "SELECT c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
-            "JOIN documents d ON d.id = c.document_id WHERE NOT EXISTS (SELECT 1 FROM vectors v "
-            "WHERE v.model_id = ? AND v.text_hash = c.text_hash) ORDER BY c.pk LIMIT ?",
-            (model_id, limit),
-        )
+        ``model_id``, each text once, in the order the chunks were stored.
+
+        Each call goes on after the last row the previous one returned, so embedding a corpus
+        window by window reads it once (from the start each time, it was quadratic); only when
+        nothing is left after that row does it look again from the start, for rows stored
+        meanwhile under smaller row numbers."""
+        after = self._missing_after.get(model_id, 0)
+        rows = self._missing_rows(model_id, limit, after)
+        if not rows and after:
+            rows = self._missing_rows(model_id, limit, 0)
+        if rows:
+            self._missing_after[model_id] = rows[-1][0]
         found: dict[str, str] = {}
-        for text_hash, title, heading_path, content in rows:
+        for _, text_hash, title, heading_path, content in rows:
             if text_hash not in found:
                 found[text_hash] = index_text(title, _parse_json(heading_path), content)
         return list(found.items())
+
+    def _missing_rows(self, model_id: str, limit: int, after: int) -> list[Any]:
+        return (
+            self._conn()
+            .execute(
+                "SELECT c.pk, c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id WHERE c.pk > ? AND NOT EXISTS (SELECT 1 "
+                "FROM vectors v WHERE v.model_id = ? AND v.text_hash = c.text_hash) "
+                "ORDER BY c.pk LIMIT ?",
+                (after, model_id, limit),
+            )
+            .fetchall()
+        )
 
     @_guarded
     def count_missing_vectors(self, model_id: str) -> int:
