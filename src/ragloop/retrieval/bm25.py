@@ -47,6 +47,21 @@ def term_frequencies(text: str) -> Counter[str]:
     return Counter(analyze(text))
 
 
+def batch_term_frequencies(texts: Sequence[str]) -> list[Counter[str]]:
+    """``term_frequencies`` of each text, stemming each distinct word of the batch once (a
+    batch of chunks repeats most of its words)."""
+    words = [Counter(t for t in tokenize(text) if t not in STOPWORDS) for text in texts]
+    distinct = list({word for counts in words for word in counts})
+    stem_of = dict(zip(distinct, stem_words(distinct), strict=True))
+    out: list[Counter[str]] = []
+    for counts in words:
+        terms: Counter[str] = Counter()
+        for word, count in counts.items():
+            terms[stem_of[word]] += count
+        out.append(terms)
+    return out
+
+
 Postings = tuple["npt.NDArray[np.uint32]", "npt.NDArray[np.uint32]"]  # (term ids, counts)
 # consecutive chunks: each one's number of distinct terms, then all their term ids and counts
 PostingsBlock = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int32]", "npt.NDArray[np.uint16]"]

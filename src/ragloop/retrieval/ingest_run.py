@@ -140,7 +140,7 @@ class Progress:
             done, total = state.chunks_embedded, state.chunks_to_embed
         rate = done / spent if spent > 0 and done else 0.0
         state.rate = rate
-        state.eta_s = (total - done) / rate if rate else None
+        state.eta_s = (total - done) / rate if rate and total >= done else None
         state.elapsed_s = now - self.started
         self.state = state
         if self.callback is not None:
@@ -182,8 +182,9 @@ def store_text(
     pending: list[_Prepared] = []
     pending_sources: set[str] = set()
     pending_chunks = 0
-    for done, item in enumerate(items):
-        progress.update(files_done=done, source=item.source)
+    count = 0  # items seen (``files_total`` is 0 when the caller could not count them)
+    for count, item in enumerate(items, 1):
+        progress.update(files_done=count - 1, source=item.source)
         stored = known.get(item.source)
         if stored is not None and unchanged_by_fingerprint(stored, item, signature):
             report.unchanged += 1
@@ -236,7 +237,7 @@ def store_text(
             _write(store, pending, names, cached_model, report, progress)
             pending, pending_sources, pending_chunks = [], set(), 0
     _write(store, pending, names, cached_model, report, progress)
-    progress.update(files_done=progress.state.files_total, source="")
+    progress.update(files_done=max(progress.state.files_total, count), source="")
 
 
 def _prepare(

@@ -40,6 +40,7 @@ from ragloop.retrieval.bm25 import (
     BM25Index,
     PostingsBlock,
     analyze,
+    batch_term_frequencies,
     block,
     pack,
     term_frequencies,
@@ -468,7 +469,9 @@ class SQLiteStore:
         whole batch are looked up at once."""
         with self._write() as conn:
             model = self._model(conn)
-            counts = [term_frequencies(c.index_text) for _, chunks in documents for c in chunks]
+            counts = batch_term_frequencies(
+                [c.index_text for _, chunks in documents for c in chunks]
+            )
             ids = self._term_ids(conn, (term for found in counts for term in found), add=True)
             packed = iter([pack({ids[t]: n for t, n in found.items()}) for found in counts])
             for doc, chunks in documents:
