@@ -48,18 +48,27 @@ def term_frequencies(text: str) -> Counter[str]:
 
 
 def batch_term_frequencies(texts: Sequence[str]) -> list[Counter[str]]:
-    """``term_frequencies`` of each text, stemming each distinct word of the batch once (a
-    batch of chunks repeats most of its words)."""
-    words = [Counter(t for t in tokenize(text) if t not in STOPWORDS) for text in texts]
-    distinct = list({word for counts in words for word in counts})
-    stem_of = dict(zip(distinct, stem_words(distinct), strict=True))
+    """``term_frequencies`` of each text, stemming each distinct word once (chunks repeat
+    most of their words; stems are remembered across batches, up to ``STEMS_KEPT`` words)."""
+    words = [Counter(tokenize(text)) for text in texts]
+    for counts in words:
+        for stopword in STOPWORDS.intersection(counts):
+            del counts[stopword]
+    new = list({word for counts in words for word in counts if word not in _stems})
+    if len(_stems) + len(new) > STEMS_KEPT:
+        _stems.clear()
+    _stems.update(zip(new, stem_words(new), strict=True))
     out: list[Counter[str]] = []
     for counts in words:
         terms: Counter[str] = Counter()
         for word, count in counts.items():
-            terms[stem_of[word]] += count
+            terms[_stems.get(word) or stem_words([word])[0]] += count
         out.append(terms)
     return out
+
+
+STEMS_KEPT = 200_000  # words whose stem batch_term_frequencies remembers (about 25 MB)
+_stems: dict[str, str] = {}
 
 
 Postings = tuple["npt.NDArray[np.uint32]", "npt.NDArray[np.uint32]"]  # (term ids, counts)

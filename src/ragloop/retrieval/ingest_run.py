@@ -48,7 +48,7 @@ from ragloop.retrieval.store import (
 logger = logging.getLogger("ragloop")
 
 ProgressCallback = Callable[[IngestProgress], None]
-WRITE_BATCH = 256  # chunks read before they are written, in one transaction
+WRITE_BATCH = 1024  # chunks read before they are written, in one transaction
 EMBED_WINDOW = 1024  # chunks without a vector fetched at once, then sorted by length
 EMBED_BATCH = 64  # chunks embedded and reported together
 STORE_EVERY_S = 0.5  # an interrupted run loses at most this much embedding
