@@ -160,7 +160,6 @@ def measure_references(size: int, passages: dict[str, str], queries: list[str]) 
         reference.retrieve(tokens, k=10, show_progress=False)
 
     bm25s_times = timed(bm25s_query, queries)
-    del reference
     # the layout a user would write: one row per passage, ``matrix @ query``
     matrix = ProjectionEmbedder().embed(corpus)
     del corpus

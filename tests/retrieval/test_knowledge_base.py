@@ -243,10 +243,12 @@ def test_a_killed_ingest_leaves_a_sound_file_and_the_rerun_completes(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
+        from ragloop.retrieval import ingest_run
         from ragloop.retrieval.knowledge_base import KnowledgeBase
+        ingest_run.WRITE_BATCH = 64  # batches of documents written in one transaction each
         kb = KnowledgeBase({str(db)!r}, embedder="hash")
         def progress(state):
-            print(state.files_done, flush=True)
+            print(state.phase, state.chunks_stored, flush=True)
         kb.ingest({str(corpus)!r}, on_progress=progress)
         """
     )
@@ -255,8 +257,9 @@ def test_a_killed_ingest_leaves_a_sound_file_and_the_rerun_completes(tmp_path):
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            if int(line) >= 300:  # past the first written batch: kill -9, no chance to clean up
-                os.kill(process.pid, signal.SIGKILL)
+            phase, stored = line.split()
+            if phase == "reading" and int(stored) >= 300:  # a few batches written, more to
+                os.kill(process.pid, signal.SIGKILL)  # come: kill -9, no chance to clean up
                 break
     assert process.returncode == -signal.SIGKILL
     store = SQLiteStore(db)

@@ -175,8 +175,9 @@ def store_text(
     report: IngestReport,
     progress: Progress,
 ) -> None:
-    """Phase one: read, chunk and store what changed (a transaction per document). Vectors
-    of ``cached_model`` already in the embedding cache are attached on the way."""
+    """Phase one: read, chunk and store what changed (a transaction per ``WRITE_BATCH``
+    chunks). Vectors of ``cached_model`` already in the embedding cache are attached on the
+    way."""
     known = {doc.source: doc for doc in store.documents(collection)}
     names = NameIndex.from_targets(store.link_targets()) if link_titles else None
     pending: list[_Prepared] = []

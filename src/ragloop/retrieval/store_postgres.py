@@ -5,9 +5,9 @@ graph in one schema of a PostgreSQL (>= 13) database with pgvector (>= 0.5).
 fusion, the retriever) over a :class:`PostgresStore`. Connections come from a psycopg 3 pool,
 one per thread at a time, checked before use so a restarted server is reconnected to.
 
-- Writes: one transaction per document, serialised per source by an advisory lock, retried on
-  deadlock; the chunks' vectors also go into the embedding cache (``embeddings``, keyed by model
-  id and text hash). Numbered migrations are recorded in ``_ragloop_migrations``.
+- Writes: one transaction per batch of documents, serialised per source by an advisory lock,
+  retried on deadlock; the chunks' vectors also go into the embedding cache (``embeddings``,
+  keyed by model id and text hash). Numbered migrations are recorded in ``_ragloop_migrations``.
 - Keyword search: BM25 in SQL (k1 1.2, b 0.75 and the idf of FTS5, as the other stores) over
   a postings table filled from each chunk's ``to_tsvector('english')`` (Snowball stemming,
   stopwords dropped); a GIN index on the tsvector serves phrase lookups. Document frequencies

@@ -2,7 +2,7 @@
 the link graph.
 
 SQLite done properly: WAL journal (readers never block the writer), a busy timeout, foreign keys
-on, one ``BEGIN IMMEDIATE`` transaction per document, numbered migrations recorded in
+on, one ``BEGIN IMMEDIATE`` transaction per batch of documents, numbered migrations recorded in
 ``_ragloop_migrations`` (applied under the write lock, so processes opening a new file at once
 do not race; a file of a newer schema is refused). Vectors are float32 blobs keyed by (model id,
 text hash), which makes the table the embedding cache too. Exact vector search runs in numpy
@@ -36,6 +36,8 @@ import numpy.typing as npt
 
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
+from ragloop.retrieval import ann
+from ragloop.retrieval.ann import ApproximateIndex
 from ragloop.retrieval.bm25 import (
     BM25Index,
     PostingsBlock,
@@ -219,6 +221,7 @@ class _DenseIndex:
     # (dimension, chunks), one column per chunk: ``query @ columns`` runs 2 to 3 times faster
     # than ``rows @ query`` here (BLAS walks contiguous memory in that layout)
     columns: npt.NDArray[np.float32]
+    approximate: ApproximateIndex | None = None  # above ann.MIN_VECTORS, with usearch
 
 
 class SQLiteStore:
@@ -899,8 +902,39 @@ class SQLiteStore:
                 columns[:, filled : filled + len(rows)] = matrix.reshape(len(rows), model[1]).T
                 filled += len(rows)
         index = _DenseIndex(generation, model[0], _Rows.read(parts, names), columns)
+        index.approximate = self._approximate(index, self._dense)
         self._dense = index
         return index
+
+    def _approximate(
+        self, index: _DenseIndex, previous: _DenseIndex | None
+    ) -> ApproximateIndex | None:
+        """The HNSW graph of a large dense index (:mod:`ragloop.retrieval.ann`): the previous
+        one extended when chunks were only appended since, else the saved one, else built and
+        saved."""
+        if len(index.rows.pks) < ann.MIN_VECTORS or not ann.available():
+            return None
+        columns = index.columns
+        if previous is not None and previous.approximate is not None:
+            kept = len(previous.rows.pks)
+            if (
+                kept <= len(index.rows.pks)
+                and previous.columns.shape[0] == columns.shape[0]
+                and np.array_equal(previous.rows.pks, index.rows.pks[:kept])
+                and np.array_equal(previous.columns, columns[:, :kept])
+            ):
+                previous.approximate.extend(columns)
+                self._save_graph(previous.approximate, columns)
+                return previous.approximate
+        found = ApproximateIndex.load(self.path, columns)
+        if found is None:
+            found = ApproximateIndex.build(columns)
+            self._save_graph(found, columns)
+        return found
+
+    def _save_graph(self, graph: ApproximateIndex, columns: npt.NDArray[np.float32]) -> None:
+        if not self.read_only:
+            graph.save(self.path, columns)
 
     @_guarded
     def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
@@ -921,14 +955,26 @@ class SQLiteStore:
                 f"query vector of shape {query.shape} and norm {norm}; the index holds "
                 f"{index.columns.shape[0]}-d vectors"
             )
-        scores = (query / norm) @ index.columns
+        query = query / norm
         mask = self._scope_mask(index.rows, scope)
-        if mask is None:
-            top = _best(scores, top_k)
+        if mask is None and index.approximate is not None:
+            # the graph's candidates, ranked by their exact scores
+            candidates = index.approximate.candidates(query, max(ann.CANDIDATES, 4 * top_k))
+            exact = query @ index.columns[:, candidates]
+            best = _best(exact, top_k)
+            top, found = candidates[best], exact[best]
         else:
-            candidates = np.flatnonzero(mask)
-            top = candidates[_best(scores[candidates], top_k)]
-        return [(int(index.rows.pks[i]), float(min(1.0, max(0.0, scores[i])))) for i in top]
+            scores = query @ index.columns
+            if mask is None:
+                top = _best(scores, top_k)
+            else:
+                candidates = np.flatnonzero(mask)
+                top = candidates[_best(scores[candidates], top_k)]
+            found = scores[top]
+        return [
+            (int(index.rows.pks[i]), float(min(1.0, max(0.0, score))))
+            for i, score in zip(top, found, strict=True)
+        ]
 
     def _rows_by_pk(self, pks: list[int], scope: Scope) -> dict[int, tuple[Any, ...]]:
         where, params = self._scope_sql(scope)
