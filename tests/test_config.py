@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,12 @@ def test_the_cli_reads_the_knowledge_base_and_the_engine_from_the_config(tmp_pat
     found = ragloop("search", "Skylark weight", env={"RAGLOOP_CONFIG": str(path)})
     assert found.returncode == 0, found.stderr
     assert "skylark.md" in found.stdout
+
+
+def test_the_docker_compose_config_is_valid():
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    settings = load_settings(docs / "ragloop.docker.toml")
+    assert settings.server.port == 8000
+    compose = (docs / "docker-compose.yml").read_text(encoding="utf-8")
+    assert "RAGLOOP_CONFIG: /src/docs/ragloop.docker.toml" in compose
+    assert "ragloop serve --host 0.0.0.0" in compose

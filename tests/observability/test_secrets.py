@@ -34,7 +34,7 @@ from ragloop import (
 from ragloop.cli import main as cli
 from ragloop.components.evaluators import HeuristicEvaluator
 from ragloop.components.reformulators import HeuristicReformulator
-from ragloop.core.redaction import redact
+from ragloop.core.redaction import redact, redact_all, register_secret
 from ragloop.observability import install_json_logging, set_trace_content
 from ragloop.observability.traces import TraceRecorder, TraceStore
 from ragloop.providers import RetryPolicy, override_allow_model_requests
@@ -200,3 +200,52 @@ def test_known_secret_shapes_are_masked(text, secret):
 )
 def test_ordinary_text_is_left_alone(text):
     assert redact(text) == text
+
+
+def test_a_secret_registered_after_a_text_was_redacted_is_masked_in_it():
+    # a cache of redacted texts (ids, sources, titles repeat event after event) must not keep
+    # answering for a text with what it was before its secret was known
+    secret = "lateregistered9137"
+    text = f"conn {secret}"
+    assert redact(text) == text
+    assert redact_all({"a": [text]}) == {"a": [text]}
+    register_secret(secret)
+    assert secret not in redact(text)
+    assert secret not in "\n".join(_strings(redact_all({"a": [text]})))
+
+
+# registered secrets with characters repr() escapes (a backslash, both quotes, a tab), with no
+# credential word near them; then key shapes and URL credentials
+ESCAPED_SECRETS = ["Zq\\9vLm2Xr4pw", "quote'and\"dbl-9876", "tab\tmidway-4242"]
+
+
+@pytest.mark.parametrize(
+    ("value", "secrets"),
+    [
+        ({"plain": ESCAPED_SECRETS[0], "n": 3}, ESCAPED_SECRETS[:1]),
+        ({"nested": [{"deep": ("x", f'it\'s "fine" {ESCAPED_SECRETS[1]}')}]}, ESCAPED_SECRETS[1:2]),
+        ([("a", [f"a {ESCAPED_SECRETS[2]} b"])], ESCAPED_SECRETS[2:]),
+        ({"shape": {"k": ["sk-live-abcdefghijklmnop1234"]}}, ["sk-live-abcdef"]),
+        ({"url": ("https://bob:hunter2hunter2@example.com/v1",)}, ["hunter2hunter2"]),
+    ],
+)
+def test_redact_all_masks_nested_values_and_keeps_the_structure(value, secrets):
+    for secret in ESCAPED_SECRETS:
+        register_secret(secret)
+    redacted = redact_all(value)
+    assert not [s for s in secrets if s in "\n".join(_strings(redacted))]
+    assert type(redacted) is type(value)
+    if isinstance(value, dict):
+        assert list(redacted) == list(value)
+        assert redacted.get("n") == value.get("n")
+
+
+def _strings(value):
+    """Every string in ``value``, as it is (json.dumps or repr would escape a backslash)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list | tuple):
+        return [s for item in value for s in _strings(item)]
+    return []

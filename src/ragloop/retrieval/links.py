@@ -115,6 +115,8 @@ class NameIndex:
     # name words -> document key -> (name as written, target chunk id)
     by_words: dict[tuple[str, ...], dict[str, tuple[str, str]]] = field(default_factory=dict)
     by_document: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
+    # first word -> how many words the names starting with it have (and how many such names)
+    lengths: dict[str, dict[int, int]] = field(default_factory=dict)
 
     @classmethod
     def from_targets(cls, targets: Iterable[tuple[str, str, str]]) -> NameIndex:
@@ -134,6 +136,8 @@ class NameIndex:
         if doc_key not in bearers:
             bearers[doc_key] = (name, chunk_id)
             self.by_document.setdefault(doc_key, []).append(words)
+            counts = self.lengths.setdefault(words[0], {})
+            counts[len(words)] = counts.get(len(words), 0) + 1
 
     def discard(self, doc_key: str) -> None:
         """Forget a document's names (it is being replaced)."""
@@ -142,6 +146,10 @@ class NameIndex:
             del bearers[doc_key]
             if not bearers:
                 del self.by_words[words]
+            counts = self.lengths[words[0]]
+            counts[len(words)] -= 1
+            if not counts[len(words)]:
+                del counts[len(words)]
 
     def mentions(self, text: str, doc_key: str) -> list[tuple[str, str]]:
         """(target chunk id, name) for each known name the text mentions, other documents only;
@@ -149,8 +157,8 @@ class NameIndex:
         originals = _WORD.findall(text)
         words = [w.lower() for w in originals]
         found: dict[str, str] = {}
-        for i in range(len(words)):
-            for length in range(1, min(MAX_NAME_WORDS, len(words) - i) + 1):
+        for i, word in enumerate(words):
+            for length in self.lengths.get(word, ()):
                 key = tuple(words[i : i + length])
                 for target_doc, (name, chunk_id) in self.by_words.get(key, {}).items():
                     if target_doc == doc_key or not _mentioned(originals, words, i, key, name):

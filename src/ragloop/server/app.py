@@ -11,10 +11,11 @@ run's trace is stored either way.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import tempfile
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import metadata
 from importlib.resources import files
@@ -24,13 +25,14 @@ from typing import Annotated, Any
 from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 from starlette.routing import Route
 
 from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
 from ragloop.core.retrieval_records import RetrievalResult
-from ragloop.observability.events import EventKind, LoopEvent
+from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.server import openai_compat
 from ragloop.server.access import AccessDenied, CallerDep
@@ -47,7 +49,7 @@ from ragloop.server.schemas import (
     SearchRequest,
     SearchResponse,
 )
-from ragloop.server.service import ENGINE_NAMES, Service
+from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
 logger = logging.getLogger("ragloop.server")
 
@@ -154,9 +156,8 @@ def _routes(app: FastAPI, service: Service) -> None:
             budget=body.budget,
         )
         if body.stream or _wants_events(accept):
-            return await _event_stream(events, lambda r, f: _answer(kind, r, f))
-        result, finished = await _finish(events)
-        return JSONResponse(_answer(kind, result, finished).model_dump(mode="json"))
+            return await _event_stream(events, lambda outcome: _answer(kind, outcome))
+        return JSONResponse(_answer(kind, await _finish(events)).model_dump(mode="json"))
 
     @app.post(
         "/v1/retrieve",
@@ -178,9 +179,9 @@ def _routes(app: FastAPI, service: Service) -> None:
             budget=body.budget,
         )
         if body.stream or _wants_events(accept):
-            return await _event_stream(events, lambda r, f: _evidence(r, body.top_k))
-        result, _ = await _finish(events)
-        return JSONResponse(_evidence(result, body.top_k).model_dump(mode="json"))
+            return await _event_stream(events, lambda outcome: _evidence(outcome, body.top_k))
+        outcome = await _finish(events)
+        return JSONResponse(_evidence(outcome, body.top_k).model_dump(mode="json"))
 
     @app.get("/v1/chunks/{chunk_id}", response_model=ChunkOut, tags=["retrieval"])
     def chunk(chunk_id: str, caller: CallerDep) -> ChunkOut:
@@ -211,7 +212,7 @@ def _routes(app: FastAPI, service: Service) -> None:
     async def add_documents(body: DocumentsRequest, caller: CallerDep) -> IngestResponse:
         """Add (or replace) documents given as text. Admin keys only."""
         caller.require_admin()
-        report = await _in_thread(
+        report = await asyncio.to_thread(
             lambda: service.kb.add_documents(body.documents, collection=body.collection)
         )
         return IngestResponse(**report.model_dump(exclude={"removed"}))
@@ -232,7 +233,9 @@ def _routes(app: FastAPI, service: Service) -> None:
                 path = Path(folder) / name
                 path.write_bytes(await upload.read())
                 paths.append(path)
-            report = await _in_thread(lambda: service.kb.ingest(paths, collection=collection))
+            report = await asyncio.to_thread(
+                lambda: service.kb.ingest(paths, collection=collection)
+            )
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
     @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
@@ -244,21 +247,21 @@ def _routes(app: FastAPI, service: Service) -> None:
         """Delete a document by its source (every collection unless one is named). Admin keys
         only."""
         caller.require_admin()
-        removed = await _in_thread(lambda: service.kb.store.delete_document(source, collection))
+        removed = await asyncio.to_thread(lambda: service.kb.delete(source, collection=collection))
         return DeleteResponse(removed=removed)
 
 
 # -- answers ------------------------------------------------------------------------------------
 
 
-def _answer(kind: str, result: Result, finished: LoopEvent | None) -> AskResponse:
-    citations = finished.attributes.get("citations", []) if finished else []
+def _answer(kind: str, outcome: Outcome) -> AskResponse:
+    result: Result = outcome.result
     return AskResponse(
         run_id=result.run_id,
         engine=kind,
         question=result.query,
         answer=getattr(result, "answer", None),
-        citations=citations,
+        citations=outcome.citations,
         stop_reason=result.stop_reason.value,
         outcome=result.stop_reason.outcome,
         iterations=result.iterations,
@@ -270,7 +273,8 @@ def _answer(kind: str, result: Result, finished: LoopEvent | None) -> AskRespons
     )
 
 
-def _evidence(result: Result, top_k: int | None) -> RetrieveResponse:
+def _evidence(outcome: Outcome, top_k: int | None) -> RetrieveResponse:
+    result: Result = outcome.result
     chunks = result.chunks[:top_k] if top_k else result.chunks
     return RetrieveResponse(
         run_id=result.run_id,
@@ -285,17 +289,11 @@ def _evidence(result: Result, top_k: int | None) -> RetrieveResponse:
     )
 
 
-async def _finish(events: AsyncGenerator[Any, None]) -> tuple[Result, LoopEvent | None]:
-    """Read a run to its end: its result and its own run_finished event."""
-    finished: LoopEvent | None = None
-    root: str | None = None
+async def _finish(events: AsyncGenerator[LoopEvent | Outcome, None]) -> Outcome:
+    """Read a run to its end."""
     async for item in events:
-        if isinstance(item, LoopEvent):
-            root = root or item.run_id
-            if item.kind is EventKind.RUN_FINISHED and item.run_id == root:
-                finished = item
-        else:
-            return item, finished
+        if isinstance(item, Outcome):
+            return item
     raise RuntimeError("the run ended without a result")
 
 
@@ -307,26 +305,20 @@ def sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
 
 
-async def _event_stream(events: AsyncGenerator[Any, None], summary: Any) -> StreamingResponse:
+async def _event_stream(
+    events: AsyncGenerator[LoopEvent | Outcome, None], summary: Callable[[Outcome], BaseModel]
+) -> StreamingResponse:
     """The run as server-sent events. Its first event is awaited here, so a request the
     service refuses gets its HTTP status, not a stream."""
     first = await events.__anext__()
 
     async def body() -> AsyncIterator[str]:
-        finished: LoopEvent | None = None
-        item: Any = first
+        item = first
         try:
-            while True:
-                if isinstance(item, LoopEvent):
-                    if item.kind is EventKind.RUN_FINISHED and item.run_id == first.run_id:
-                        finished = item
-                    yield sse(item.kind.value, item.model_dump(mode="json"))
-                else:
-                    yield sse("result", summary(item, finished).model_dump(mode="json"))
-                    return
+            while isinstance(item, LoopEvent):
+                yield sse(item.kind.value, item.model_dump(mode="json"))
                 item = await events.__anext__()
-        except StopAsyncIteration:
-            return
+            yield sse("result", summary(item).model_dump(mode="json"))
         except Exception as error:  # the run raised, or hit the hard deadline
             logger.warning("a streamed run failed: %s", error)
             message = str(error) or type(error).__name__
@@ -339,12 +331,6 @@ async def _event_stream(events: AsyncGenerator[Any, None], summary: Any) -> Stre
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-async def _in_thread(work: Any) -> Any:
-    import asyncio
-
-    return await asyncio.to_thread(work)
 
 
 def _version() -> str:

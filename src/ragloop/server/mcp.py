@@ -17,7 +17,8 @@ without configured keys only this machine may connect.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Awaitable
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -30,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.server.access import AccessDenied, Caller, key_of
-from ragloop.server.service import Service
+from ragloop.server.service import Outcome, Service
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False, idempotent_hint=True)
 RUNS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -124,13 +125,13 @@ def build_mcp(service: Service) -> MCPServer:
         """Read one chunk by the id a search result or a citation gave: its full text, source
         and title."""
         who = caller(ctx)
-        return _hit(await _guard(_sync(lambda: service.fetch(who, id))))
+        return _hit(await _guard(asyncio.to_thread(service.fetch, who, id)))
 
     @server.tool(annotations=RUNS, structured_output=True)
     async def retrieve(question: str, ctx: Context) -> Evidence:
         """Gather evidence for a question with the retrieval loop (several searches that follow
         what the first ones found); the chunks best first, with their sources."""
-        result, _ = await _run(service, caller(ctx), "evidence", question, ctx)
+        result = (await _run(service, caller(ctx), "evidence", question, ctx)).result
         return Evidence(
             question=question,
             results=[_hit(c) for c in result.chunks[:20]],
@@ -148,12 +149,12 @@ def build_mcp(service: Service) -> MCPServer:
         """Answer a question from the knowledge base with a retrieval loop (engine rag, agent or
         retrieval; the server's default if left out); the answer cites its sources."""
         kind = engine or default_engine
-        result, finished = await _run(service, caller(ctx), kind, question, ctx)
-        citations = finished.attributes.get("citations", []) if finished else []
+        outcome = await _run(service, caller(ctx), kind, question, ctx)
+        result = outcome.result
         return Answer(
             question=question,
             answer=result.answer,
-            sources=[Source.model_validate(c) for c in citations],
+            sources=[Source.model_validate(c) for c in outcome.citations],
             engine=kind,
             stop_reason=result.stop_reason.value,
             iterations=result.iterations,
@@ -163,21 +164,13 @@ def build_mcp(service: Service) -> MCPServer:
     return server
 
 
-async def _run(
-    service: Service, caller: Caller, kind: str, question: str, ctx: Context
-) -> tuple[Any, LoopEvent | None]:
-    """Run a loop, each event sent as a progress notification; its result and run_finished."""
-    finished: LoopEvent | None = None
-    root: str | None = None
+async def _run(service: Service, caller: Caller, kind: str, question: str, ctx: Context) -> Outcome:
+    """Run a loop, each event sent as a progress notification."""
     done = 0
-    events = service.run(caller, kind, question)
     try:
-        async for item in events:
-            if not isinstance(item, LoopEvent):
-                return item, finished
-            root = root or item.run_id
-            if item.kind is EventKind.RUN_FINISHED and item.run_id == root:
-                finished = item
+        async for item in service.run(caller, kind, question):
+            if isinstance(item, Outcome):
+                return item
             done += 1
             await ctx.report_progress(done, None, _progress(item))
     except AccessDenied as error:
@@ -202,12 +195,6 @@ async def _guard(work: Awaitable[Any]) -> Any:
         return await work
     except AccessDenied as error:
         raise ToolError(error.message) from None
-
-
-async def _sync(work: Callable[[], Any]) -> Any:
-    import asyncio
-
-    return await asyncio.to_thread(work)
 
 
 def _version() -> str:

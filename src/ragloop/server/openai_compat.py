@@ -22,9 +22,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
-from ragloop.observability.events import EventKind, LoopEvent
+from ragloop.observability.events import LoopEvent
 from ragloop.server.access import AccessDenied, CallerDep
-from ragloop.server.service import ENGINE_NAMES, Service
+from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
 PREFIX = "ragloop"
 
@@ -95,26 +95,18 @@ def add_routes(app: FastAPI, service: Service) -> None:
         question = question_of(body.messages)
         events = service.run(caller, kind, question)
         first = await events.__anext__()  # a refused request gets its status, not a stream
+        if not isinstance(first, LoopEvent):  # a run starts with its run_started event
+            raise RuntimeError("the run ended before it started")
         completion = Completion(body.model, first.run_id)
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(
                 completion.chunks(first, events, usage), media_type="text/event-stream"
             )
-        result, finished = await _drain(first, events)
-        return JSONResponse(completion.whole(result, finished))
-
-
-async def _drain(
-    first: LoopEvent, events: AsyncGenerator[Any, None]
-) -> tuple[Any, LoopEvent | None]:
-    finished = None
-    item: Any = first
-    while isinstance(item, LoopEvent):
-        if item.kind is EventKind.RUN_FINISHED and item.run_id == first.run_id:
-            finished = item
-        item = await events.__anext__()
-    return item, finished
+        item: LoopEvent | Outcome = first
+        while isinstance(item, LoopEvent):
+            item = await events.__anext__()
+        return JSONResponse(completion.whole(item))
 
 
 class Completion:
@@ -129,10 +121,10 @@ class Completion:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
     @staticmethod
-    def _extras(result: Any, finished: LoopEvent | None) -> dict[str, Any]:
-        citations = finished.attributes.get("citations", []) if finished else []
+    def _extras(outcome: Outcome) -> dict[str, Any]:
+        result = outcome.result
         return {
-            "sources": citations,
+            "sources": outcome.citations,
             "ragloop": {
                 "run_id": result.run_id,
                 "stop_reason": result.stop_reason.value,
@@ -152,8 +144,8 @@ class Completion:
             "total_tokens": prompt + completion,
         }
 
-    def whole(self, result: Any, finished: LoopEvent | None) -> dict[str, Any]:
-        answer = getattr(result, "answer", None) or ""
+    def whole(self, outcome: Outcome) -> dict[str, Any]:
+        answer = getattr(outcome.result, "answer", None) or ""
         return {
             **self._base("chat.completion"),
             "choices": [
@@ -164,8 +156,8 @@ class Completion:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": self._usage(result),
-            **self._extras(result, finished),
+            "usage": self._usage(outcome.result),
+            **self._extras(outcome),
         }
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
@@ -174,15 +166,12 @@ class Completion:
         return f"data: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
 
     async def chunks(
-        self, first: LoopEvent, events: AsyncGenerator[Any, None], usage: bool
+        self, first: LoopEvent, events: AsyncGenerator[LoopEvent | Outcome, None], usage: bool
     ) -> AsyncIterator[str]:
         yield self._chunk({"role": "assistant", "content": ""})
-        finished: LoopEvent | None = None
-        item: Any = first
+        item: LoopEvent | Outcome = first
         try:
             while isinstance(item, LoopEvent):
-                if item.kind is EventKind.RUN_FINISHED and item.run_id == first.run_id:
-                    finished = item
                 yield self._chunk({}, ragloop={"event": item.model_dump(mode="json")})
                 item = await events.__anext__()
         except Exception as error:  # the run raised: say so in the stream, then end it
@@ -192,14 +181,14 @@ class Completion:
             return
         finally:
             await events.aclose()
-        answer = getattr(item, "answer", None) or ""
+        answer = getattr(item.result, "answer", None) or ""
         yield self._chunk({"content": answer})
-        yield self._chunk({}, "stop", **self._extras(item, finished))
+        yield self._chunk({}, "stop", **self._extras(item))
         if usage:
             data = {
                 **self._base("chat.completion.chunk"),
                 "choices": [],
-                "usage": self._usage(item),
+                "usage": self._usage(item.result),
             }
             yield f"data: {json.dumps(data)}\n\n"
         yield "data: [DONE]\n\n"

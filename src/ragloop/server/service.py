@@ -15,16 +15,17 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ragloop.cli.common import traces_file
 from ragloop.config import Settings
 from ragloop.core.budget import Budget
-from ragloop.core.errors import ConfigError
+from ragloop.core.errors import ConfigError, TraceNotFound
 from ragloop.core.records import Chunk
 from ragloop.engines.retrieval import RetrievalLoop
-from ragloop.observability.events import LoopEvent
+from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.stream import RunStream
 from ragloop.observability.traces import (
     TraceRecord,
@@ -43,6 +44,19 @@ logger = logging.getLogger("ragloop.server")
 ENGINE_NAMES = tuple(sorted(ENGINES))
 EVIDENCE = "evidence"
 MAX_ENGINES = 64  # engines kept (kinds x scopes x settings); the least used is dropped
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: its result and its ``run_finished`` event (the answer's citations)."""
+
+    result: Any
+    finished: LoopEvent | None
+
+    @property
+    def citations(self) -> list[Any]:
+        found = self.finished.attributes.get("citations") if self.finished else None
+        return list(found) if isinstance(found, list) else []
 
 
 class Service:
@@ -146,9 +160,10 @@ class Service:
         max_iterations: int | None = None,
         top_k: int | None = None,
         budget: Budget | None = None,
-    ) -> AsyncGenerator[LoopEvent | Any, None]:
-        """The run's events, then its result; the run holds one of the caller's slots, is
-        cut off at the deadline, and is cancelled (its trace stored) when the reader stops."""
+    ) -> AsyncGenerator[LoopEvent | Outcome, None]:
+        """The run's events, then its :class:`Outcome`; the run holds one of the caller's
+        slots, is cut off at the deadline, and is cancelled (its trace stored) when the reader
+        stops."""
         self.check_question(question)
         scope = caller.scope(collections)
         engine = self.engine(kind, scope, max_iterations=max_iterations, top_k=top_k)
@@ -158,10 +173,15 @@ class Service:
                 stream: RunStream[Any] = engine.astream(question, budget=self.budget(budget))
             # the budget stops the loop at the deadline with its best answer; this cuts off a
             # component that does not give the loop a chance to check
+            finished: LoopEvent | None = None
+            root = ""  # the run's own id: its run_started comes first, nested runs' later
             async with asyncio.timeout(self.settings.server.deadline_s + 5.0), stream:
                 async for event in stream:
+                    root = root or event.run_id
+                    if event.kind is EventKind.RUN_FINISHED and event.run_id == root:
+                        finished = event
                     yield event
-            yield stream.result
+            yield Outcome(stream.result, finished)
         finally:
             self.access.leave(caller)
 
@@ -174,8 +194,6 @@ class Service:
 
     def trace(self, caller: Caller, trace_id: str) -> TraceRecord:
         """A stored run, if the caller asked it (an admin reads every run)."""
-        from ragloop.core.errors import TraceNotFound
-
         try:
             record = self.traces.get(trace_id)
         except TraceNotFound:
