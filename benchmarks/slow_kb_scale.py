@@ -7,7 +7,9 @@ import bench_kb_scale
 
 
 def run() -> str:
-    return bench_kb_scale.run(100_000, command="python benchmarks/run.py --slow")
+    return bench_kb_scale.run(
+        100_000, command="python benchmarks/run.py --slow", real_vectors=5_000
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ rebuilt when they change, never used for scoped searches."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -89,7 +91,9 @@ def test_appended_chunks_extend_the_graph_and_changed_ones_rebuild_it(
     )
     kb.add_documents([Document(text="zeppelin hangar blimp", source="new", title="")])
     assert kb.search("zeppelin hangar blimp", mode="dense", top_k=1)[0].source == "new"
-    assert kb.store._dense.approximate is graph and len(graph) == 301 and not builds
+    assert kb.store._dense.approximate is graph
+    assert len(graph) == 301
+    assert not builds
     kb.delete("doc-3-5")  # not an append: built again, and the old graph file removed
     assert "doc-3-5" not in {c.source for c in kb.search("tent", mode="dense", top_k=300)}
     assert builds == [1]
@@ -102,7 +106,8 @@ def test_scoped_searches_scan_exactly(tmp_path, small_threshold):
     kb.add_documents(documents(300))
     kb.add_documents(documents(5, seed=7), collection="other")
     hits = kb.search("tent river", mode="dense", top_k=10, collection="other")
-    assert len(hits) == 5 and {c.metadata["collection"] for c in hits} == {"other"}
+    assert len(hits) == 5
+    assert {c.metadata["collection"] for c in hits} == {"other"}
     kb.close()
 
 
@@ -114,3 +119,11 @@ def test_without_usearch_the_scan_stays_exact(tmp_path, small_threshold, monkeyp
     assert kb.store._dense.approximate is None
     assert not list(tmp_path.glob("*.usearch"))
     kb.close()
+
+
+def test_onnx_runtime_still_loads_after_usearch():
+    """usearch 2.26 crashed a process that imported onnxruntime after it (pyproject pins
+    below it): a knowledge base searched approximately, then asked to embed with MiniLM."""
+    script = "import usearch.index, onnxruntime; print('ok')"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert (done.returncode, done.stdout.strip()) == (0, "ok")

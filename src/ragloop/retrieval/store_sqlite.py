@@ -238,6 +238,7 @@ class SQLiteStore:
         self._vocabulary: dict[str, int] = {}
         self._new_terms: list[str] | None = None  # cached in the open write transaction
         self._missing_after: dict[str, int] = {}  # where missing_vectors goes on, by model
+        self._dense_lock = threading.Lock()
         self._closed = False
         self.read_only = False
         self._uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}"
@@ -879,6 +880,14 @@ class SQLiteStore:
         index = self._dense
         if index is not None and index.generation == generation and index.model_id == model[0]:
             return index
+        with self._dense_lock:  # one thread loads (and builds the graph), the others wait
+            index = self._dense
+            if index is None or index.generation != generation or index.model_id != model[0]:
+                index = self._load_dense(model, generation)
+                self._dense = index
+            return index
+
+    def _load_dense(self, model: tuple[str, int], generation: str) -> _DenseIndex:
         joined = (
             "FROM chunks c JOIN documents d ON d.id = c.document_id "
             "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ?"
@@ -903,7 +912,6 @@ class SQLiteStore:
                 filled += len(rows)
         index = _DenseIndex(generation, model[0], _Rows.read(parts, names), columns)
         index.approximate = self._approximate(index, self._dense)
-        self._dense = index
         return index
 
     def _approximate(
