@@ -179,7 +179,9 @@ def store_text(
     chunks). Vectors of ``cached_model`` already in the embedding cache are attached on the
     way."""
     known = {doc.source: doc for doc in store.documents(collection)}
-    names = NameIndex.from_targets(store.link_targets()) if link_titles else None
+    # the names of the stored documents, read when the first changed document is written (an
+    # unchanged folder never needs them; loading them was most of its re-ingest)
+    names = _LinkNames(store) if link_titles else None
     pending: list[_Prepared] = []
     pending_sources: set[str] = set()
     pending_chunks = 0
@@ -271,13 +273,14 @@ def _prepare(
 def _write(
     store: Store,
     pending: list[_Prepared],
-    names: NameIndex | None,
+    link_names: _LinkNames | None,
     cached_model: str | None,
     report: IngestReport,
     progress: Progress,
 ) -> None:
     if not pending:
         return
+    names = link_names.index() if link_names is not None else None
     if cached_model is not None:
         chunks = [c for p in pending for c in p.chunks]
         cached = store.cached_vectors(cached_model, [c.text_hash for c in chunks])
@@ -320,6 +323,19 @@ def _batch_links(store: Store, pending: list[_Prepared], names: NameIndex) -> li
         for name, target, key in prepared.names:
             names.add(name, target, key)
     return canonical(links)
+
+
+class _LinkNames:
+    """The :class:`NameIndex` of a store's documents, read from the store on first use."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._index: NameIndex | None = None
+
+    def index(self) -> NameIndex:
+        if self._index is None:
+            self._index = NameIndex.from_targets(self._store.link_targets())
+        return self._index
 
 
 def embed_missing(store: Store, embedder: Embedder, progress: Progress) -> int:

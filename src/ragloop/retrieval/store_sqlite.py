@@ -661,6 +661,15 @@ class SQLiteStore:
         return mask
 
     @_guarded
+    def load_indexes(self, *, keyword: bool = True, dense: bool = True) -> None:
+        """Load (or reload, after writes) the in-memory indexes a search reads, before it
+        needs them: the knowledge base does it while the query is embedded."""
+        if keyword:
+            self._keyword_index()
+        if dense:
+            self._dense_index()
+
+    @_guarded
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
         hits = [
             (pk, score, {"bm25": round(score, 6), "bm25_raw": round(raw, 6)})
@@ -754,7 +763,9 @@ class SQLiteStore:
     @_guarded
     def set_embedding_model(self, model_id: str, dimension: int) -> None:
         current = self.embedding_model()
-        if current is not None and current != (model_id, dimension):
+        if current == (model_id, dimension):  # no write: an unchanged re-ingest changes nothing
+            return
+        if current is not None:
             raise StoreError(
                 f"this knowledge base holds vectors of {current[0]} ({current[1]}-d); "
                 f"it cannot mix in {model_id} ({dimension}-d)"
