@@ -8,9 +8,7 @@ would: `ragloop ingest`, `ragloop kb embed`, `ragloop search`, each in its own p
    embedded; chunks per second of the ingest beside the bare model's, and the model's speed at
    its former settings (256 word pieces, batches of 32) in the same run; peak memory of each
    process; re-ingest of the unchanged folder, and of the folder with every file touched.
-3. Search: latency in process, and `ragloop search` end to end (median of 5 processes, each a
-   new question), split into interpreter start-up, imports, opening the knowledge base and the
-   search.
+3. Search: latency in process (`ragloop search` end to end: bench_pydocs_search.py).
 5. Loops against one search: page@5 of the first iteration of each offline loop (RAGLoop's
    first retrieval, RetrievalLoop's first iteration and its whole evidence) against one hybrid
    search, on the pydocs questions, and recall@5 of both gold passages on HotpotQA, with hops
@@ -36,12 +34,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pydocs
-from bench_retrieval import CACHE, DATASETS
+from bench_retrieval import DATASETS, knowledge_base
 from bs4 import BeautifulSoup
 
 from ragloop import RAGLoop, RetrievalLoop
 from ragloop.core.records import Chunk
-from ragloop.evaluation.configurations import build_knowledge_base, ranked_passages
+from ragloop.evaluation.configurations import ranked_passages
 from ragloop.evaluation.datasets import load_dataset
 from ragloop.evaluation.metrics import recall_all
 from ragloop.retrieval.chunking import chunk_document
@@ -63,17 +61,6 @@ rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 print(wall, rss * 1024, done.returncode, sep="\\n")
 print(done.stdout)
 sys.stderr.write(done.stderr)
-"""
-PHASES = """
-import sys, time
-started = time.perf_counter()
-from ragloop.cli.common import open_kb
-imported = time.perf_counter()
-kb = open_kb(sys.argv[1], create=False)
-opened = time.perf_counter()
-kb.search(sys.argv[2], top_k=5)
-searched = time.perf_counter()
-print(imported - started, opened - imported, searched - opened)
 """
 
 
@@ -236,28 +223,10 @@ def search_section(kb_path: Path) -> list[str]:
             lines.append(
                 f"| {mode} | {percentile(times, 0.5):.1f} ms | {percentile(times, 0.95):.1f} ms |"
             )
-    walls, phases, bare = [], [], []
-    for question in questions[:5]:
-        walls.append(ragloop("search", question, "--kb", str(kb_path), "--json")[0])
-    for question in questions[5:10]:
-        done = subprocess.run(
-            [PYTHON, "-c", PHASES, str(kb_path), question],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        phases.append([float(x) for x in done.stdout.split()])
-        started = time.perf_counter()
-        subprocess.run([PYTHON, "-c", "pass"], check=True)
-        bare.append(time.perf_counter() - started)
-    imports, opening, searching = (statistics.median(p[i] for p in phases) for i in range(3))
     lines += [
         "",
-        f"`ragloop search QUESTION --kb pydocs.sqlite` end to end, median of 5 processes (a new "
-        f"question each, so its vector is not cached): **{statistics.median(walls):.2f} s**. "
-        f"Split, median of 5 more: interpreter start-up {statistics.median(bare):.2f} s, "
-        f"imports {imports:.2f} s, opening the knowledge base {opening:.2f} s, the search "
-        f"(its first: indexes loaded, question embedded) {searching:.2f} s.",
+        "`ragloop search` end to end, with its time split between start-up, imports, opening "
+        "and the first search: the next section (benchmarks/bench_pydocs_search.py).",
     ]
     return lines
 
@@ -371,7 +340,7 @@ def loops_section(kb_path: Path) -> list[str]:
                 f"{sum(g > p for g, p in zip(got, plain, strict=True))} |"
             )
     hotpot = load_dataset(DATASETS["HotpotQA"])
-    kb = build_knowledge_base(hotpot, CACHE / "hotpotqa-minilm.sqlite", embedder="minilm")
+    kb = knowledge_base("HotpotQA", hotpot, "minilm")
     one = [recall_all(ranked_passages(kb.search(q.question, top_k=40)), q.gold, 5)
            for q in hotpot.questions]  # fmt: skip
     rows += ["", "| HotpotQA (500 questions) | recall@5 | one search | worse | better |",

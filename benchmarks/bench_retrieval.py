@@ -12,6 +12,7 @@ embedding); embedding throughput is measured on 500 fresh passages.
 
 from __future__ import annotations
 
+import inspect
 import statistics
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from ragloop.core.records import Chunk
 from ragloop.evaluation.configurations import build_knowledge_base
 from ragloop.evaluation.datasets import EvalDataset, load_dataset
 from ragloop.evaluation.metrics import ndcg, passage_recall, recall_all
-from ragloop.retrieval.embedders import get_embedder
+from ragloop.retrieval.embedders import MiniLMEmbedder, get_embedder
 from ragloop.retrieval.exact import exact_terms
 from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
 from ragloop.retrieval.knowledge_base import KnowledgeBase
@@ -50,10 +51,16 @@ def cell(dataset: EvalDataset, ranked: dict[str, list[str]], k: int) -> str:
     return f"{full:.3f} ({part:.3f})"
 
 
+# MiniLM's vectors are recorded by model, not by how many word pieces of a passage it read:
+# the cached file's name says it, so a change of the default embeds the passages again
+MINILM_LENGTH = inspect.signature(MiniLMEmbedder).parameters["max_length"].default
+
+
 def knowledge_base(name: str, dataset: EvalDataset, embedder: str) -> KnowledgeBase:
     CACHE.mkdir(exist_ok=True)
+    label = f"{embedder}{MINILM_LENGTH}" if embedder == "minilm" else embedder
     return build_knowledge_base(
-        dataset, CACHE / f"{name.lower()}-{embedder}.sqlite", embedder=embedder
+        dataset, CACHE / f"{name.lower()}-{label}.sqlite", embedder=embedder
     )
 
 

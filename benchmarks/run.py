@@ -2,7 +2,8 @@
 
     python benchmarks/run.py            # every bench_*.py (what `make bench` runs)
     python benchmarks/run.py --slow     # also slow_*.py (about an hour: 100k-chunk scale, e5)
-    python benchmarks/run.py NAME ...   # only these modules (e.g. bench_engine)
+    python benchmarks/run.py NAME ...   # only these modules (e.g. bench_engine, huge_kb_scale:
+                                        # 1M chunks, about 40 minutes)
 
 Each module's ``run()`` returns a markdown section; it is written between markers, stamped with
 the machine and date it was measured on, and sections of modules not run this time are kept.

@@ -19,9 +19,8 @@ import time
 
 import numpy as np
 import pydocs
-from bench_retrieval import CACHE, DATASETS, score
+from bench_retrieval import DATASETS, MINILM_LENGTH, knowledge_base, score
 
-from ragloop.evaluation.configurations import build_knowledge_base
 from ragloop.evaluation.datasets import load_dataset
 from ragloop.retrieval.chunking import chunk_document
 from ragloop.retrieval.embedders import MiniLMEmbedder
@@ -63,8 +62,9 @@ def speed_rows() -> list[str]:
 
 def dense_at(kb: KnowledgeBase, length: int) -> tuple[np.ndarray, list[str]]:
     """The knowledge base's vectors as they would be with passages read up to ``length`` word
-    pieces, and each row's source. The stored vectors read 256; a text within ``length`` word
-    pieces embeds the same at any longer limit, so only the longer ones are embedded again."""
+    pieces, and each row's source. The stored vectors read ``MINILM_LENGTH`` (the default,
+    which the cached file's name records); a text within the shorter of the two limits embeds
+    the same at both, so only the longer ones are embedded again."""
     rows = (
         kb.store._conn()
         .execute(
@@ -76,11 +76,11 @@ def dense_at(kb: KnowledgeBase, length: int) -> tuple[np.ndarray, list[str]]:
         .fetchall()
     )
     matrix = np.stack([np.frombuffer(r[5], dtype=np.float32) for r in rows]).copy()
-    if length < 256:
+    if length != MINILM_LENGTH:
         embedder = MiniLMEmbedder(max_length=length, batch_size=16)
         texts = [index_text(r[2], json.loads(r[3]), r[4]) for r in rows]
         lengths = [len(e.ids) for e in embedder._tokenizer.encode_batch(texts)]
-        longer = [i for i, n in enumerate(lengths) if n >= length]
+        longer = [i for i, n in enumerate(lengths) if n >= min(length, MINILM_LENGTH)]
         if longer:
             matrix[longer] = np.asarray(embedder.embed([texts[i] for i in longer]))
     return matrix, [r[1] for r in rows]
@@ -103,9 +103,7 @@ def quality_rows() -> list[str]:
     cells: dict[int, list[str]] = {length: [] for length in LENGTHS}
     for label, data in DATASETS.items():
         dataset = load_dataset(data)
-        kb = build_knowledge_base(
-            dataset, CACHE / f"{label.lower()}-minilm.sqlite", embedder="minilm"
-        )
+        kb = knowledge_base(label, dataset, "minilm")
         for length in LENGTHS:
             matrix, sources = dense_at(kb, length)
             dense, hybrid = {}, {}

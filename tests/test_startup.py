@@ -72,3 +72,24 @@ def test_the_help_summaries_are_the_commands_own():
         command = main.get_command(ctx, name)
         assert command is not None
         assert command.get_short_help_str(10_000) == summary
+
+
+def test_the_search_command_imports_only_what_a_search_needs():
+    """``ragloop search --kb FILE`` reads no config file and builds none of the loops' records
+    (benchmarks/bench_pydocs_search.py measures what that saves)."""
+    code = "import ragloop.cli.search"
+    probe = f"{code}\nimport sys\nprint(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(done.stdout.split())
+    unneeded = {
+        "ragloop.config",
+        "ragloop.core.agent_records",
+        "ragloop.core.rag_records",
+        "ragloop.core.retrieval_records",
+        "ragloop.core.budget",
+        "asyncio",
+    }
+    assert loaded & unneeded == set()
+    assert "ragloop.retrieval.knowledge_base" in loaded

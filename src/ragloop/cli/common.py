@@ -9,16 +9,18 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import platformdirs
 from rich.console import Console
 
-from ragloop.config import Settings, load_settings
 from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.store import is_postgres_dsn
+
+if TYPE_CHECKING:
+    from ragloop.config import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +42,8 @@ def default_kb_location() -> str:
 
 def settings() -> Settings:
     """The effective settings (ragloop.toml and the environment); a bad one is a clean error."""
+    from ragloop.config import load_settings  # read when needed: `search --kb FILE` never is
+
     try:
         return load_settings()
     except ConfigError as error:

@@ -12,17 +12,19 @@ more.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ragloop.core.agent_records import Grounding
-from ragloop.core.rag_records import (
-    EvaluationResult,
-    GeneratorOutput,
-    LoopIteration,
-    ReformulationOutput,
-)
-from ragloop.core.records import Chunk, Message, ModelResponse, Tool, Usage
-from ragloop.core.retrieval_records import RefineContext, UnderstoodQuery
+if TYPE_CHECKING:  # annotations only: a protocol checks that methods exist, so importing the
+    # protocols (the knowledge base does, for Embedder) builds none of these models
+    from ragloop.core.agent_records import Grounding
+    from ragloop.core.rag_records import (
+        EvaluationResult,
+        GeneratorOutput,
+        LoopIteration,
+        ReformulationOutput,
+    )
+    from ragloop.core.records import Chunk, Message, ModelResponse, Tool, Usage
+    from ragloop.core.retrieval_records import RefineContext, UnderstoodQuery
 
 
 @runtime_checkable

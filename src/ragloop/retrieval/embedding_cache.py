@@ -17,10 +17,13 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ragloop.components.text import content_terms
 from ragloop.core.errors import ConfigError
-from ragloop.core.retrieval_records import CacheStats
+
+if TYPE_CHECKING:  # built on first use: a knowledge base holds a cache, a CLI search never asks
+    from ragloop.core.retrieval_records import CacheStats
 
 
 def cache_key(text: str) -> str:
@@ -66,6 +69,8 @@ class ExactEmbeddingCache:
     @property
     def stats(self) -> CacheStats:
         """Lookups since the cache was made (or :meth:`clear` ed)."""
+        from ragloop.core.retrieval_records import CacheStats
+
         return CacheStats(hits=self._hits, misses=self._misses)
 
     def __len__(self) -> int:
@@ -147,4 +152,6 @@ class SemanticEmbeddingCache:
 
     @property
     def stats(self) -> CacheStats:
+        from ragloop.core.retrieval_records import CacheStats
+
         return CacheStats(hits=self._hits, misses=self._misses)

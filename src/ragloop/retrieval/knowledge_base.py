@@ -8,12 +8,12 @@ SQLite file; ``KnowledgeBase.in_memory()`` keeps everything in memory.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -251,12 +251,13 @@ class KnowledgeBase:
         on_progress: ProgressCallback | None = None,
         vectors: VectorsWhen = "now",
     ) -> IngestReport:
-        """Ingest documents given as text (same chunking, hashing and embedding as files)."""
-        docs = list(documents)
+        """Ingest documents given as text (same chunking, hashing and embedding as files).
+        ``documents`` may be a generator: they are read one at a time, never held together
+        (progress then counts them without a total)."""
         report = IngestReport()
 
         def items() -> Iterable[Item]:
-            for document in docs:
+            for document in documents:
                 if not document.text.strip():
                     report.skipped.append((document.source, "empty document"))
                     continue
@@ -266,7 +267,8 @@ class KnowledgeBase:
                     document.source, digest, partial(_parse_text, document), document.metadata
                 )
 
-        self._ingest(items(), len(docs), collection, report, on_progress, vectors)
+        total = len(documents) if isinstance(documents, Sized) else 0
+        self._ingest(items(), total, collection, report, on_progress, vectors)
         return report
 
     def _ingest(
@@ -373,7 +375,7 @@ class KnowledgeBase:
                 self._warned_hybrid = True
             return self.store.keyword_search(query, top_k, scope)
         if vector is None:
-            vector = self.query_vector(query)
+            vector = self._vector_with_indexes(query, mode)
         elif self.embedder is None:
             raise DenseSearchUnavailable(self.dense_off_reason)
         else:
@@ -400,7 +402,25 @@ class KnowledgeBase:
         )
 
     async def asearch(self, query: str, **options: Any) -> list[Chunk]:
+        import asyncio  # not at the top: a CLI search never needs the event loop's modules
+
         return await asyncio.to_thread(lambda: self.search(query, **options))
+
+    def _vector_with_indexes(self, query: str, mode: SearchMode) -> list[float]:
+        """The query's vector. When it must be embedded and the store loads indexes into
+        memory (SQLite), the two run at once: the model's work and SQLite's reads release the
+        GIL, so a process's first search (a CLI ``search``: model load, index load) takes
+        about the longer of the two rather than their sum."""
+        load_indexes = getattr(self.store, "load_indexes", None)
+        embedder = self.embedder
+        if load_indexes is None or embedder is None:
+            return self.query_vector(query)
+        if self._query_vectors.lookup(embedder.model_id, query) is not None:
+            return self.query_vector(query)
+        with ThreadPoolExecutor(1, thread_name_prefix="ragloop-embed") as pool:
+            embedding = pool.submit(self.query_vector, query)
+            load_indexes(keyword=mode == "hybrid", dense=True)
+            return embedding.result()
 
     def query_vector(self, query: str) -> list[float]:
         """The query's embedding, from the cache when this query was embedded before in this
@@ -516,6 +536,8 @@ class KnowledgeBaseRetriever:
         )
 
     async def aretrieve(self, query: str, top_k: int = 5) -> list[Chunk]:
+        import asyncio
+
         return await asyncio.to_thread(self.retrieve, query, top_k)
 
     def _narrowed(self, requested: Sequence[str] | None) -> str | Sequence[str] | None:
