@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tarfile
@@ -337,6 +338,7 @@ def pydocs_runs(kb: KnowledgeBase, items: list[Item], model: Any = None) -> list
 
 
 def run() -> str:
+    load_before = os.getloadavg()[0]
     kb = pydocs_knowledge_base()
     items = pydocs_items()
     chosen = pydocs_runs(kb, items)
@@ -360,6 +362,9 @@ def run() -> str:
             "wrong, 92.0% refusal; AgentLoop.offline 44.0%, 66.0%, 0.0%.",
             "",
             *table(chosen),
+            "",
+            f"Latency moves with the machine's load: 1-minute load average {load_before:.1f} at "
+            f"the start, {os.getloadavg()[0]:.1f} after the pydocs runs (2 cores).",
             "",
             "How well the HeuristicEvaluator's score reads as a probability on these questions "
             "(the score of the iteration RAGLoop.offline answered from; fitted on HotpotQA and "

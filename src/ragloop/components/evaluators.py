@@ -127,9 +127,10 @@ class HeuristicEvaluator:
 
     - **score**: the chance that the answer is right, from :class:`AnswerJudge`'s analysis
       (coverage of the question's terms and names, embedding similarity, the kind of answer
-      asked for, words the documents never use, parts, grounding), calibrated on HotpotQA
-      (:func:`~ragloop.components.judging.answer_probability`): at the usual threshold of 0.8,
-      an answer that converges is right about four times in five;
+      asked for, words the documents never use, parts, grounding), calibrated on HotpotQA and
+      MuSiQue (:func:`~ragloop.components.judging.answer_probability`): the offline loops
+      converge at 0.5 (``ragloop.offline.OFFLINE_CONFIDENCE``), where the judge finds the
+      answer more likely right than wrong;
     - **grounded**: every answer sentence is supported by the chunks, lexically
       (:class:`~ragloop.LexicalGrounder`) or, with an embedder, by a chunk sentence whose
       embedding is close (for generators that paraphrase);

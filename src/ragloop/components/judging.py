@@ -21,10 +21,11 @@ the knowledge base, the way :class:`~ragloop.HeuristicEvaluator` and
   number of content terms: a long question is harder to answer with a few quoted sentences).
 
 :func:`answer_probability` turns these into the chance that the answer is right: a logistic
-regression fitted by ``benchmarks/calibrate_offline.py`` on HotpotQA questions outside the
-benchmarks' samples, both as retrieved and with their gold passages taken away (questions the
-documents cannot answer), so that a ``confidence_threshold`` of 0.8 means "right four times in
-five" (BENCHMARKS.md shows how well that holds, on HotpotQA and on the Python docs).
+regression fitted by ``benchmarks/calibrate_offline.py`` on HotpotQA and MuSiQue questions
+outside the benchmarks' samples, both as retrieved and with their gold passages taken away
+(questions the documents cannot answer), so that a score of 0.6 means "right about three times
+in five" (docs/offline.md and BENCHMARKS.md show how well that holds, there and on the Python
+docs). An unfinished answer is capped (:func:`answer_probability`).
 """
 
 from __future__ import annotations
