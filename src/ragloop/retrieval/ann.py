@@ -12,8 +12,8 @@ keeps float32), a small wheel, and a saved graph that is memory-mapped rather th
 The graph is built when the dense index is loaded (over 20 minutes at 1,000,000 vectors on 2
 shared cores), extended in place when chunks were only appended since, and saved beside the
 knowledge base (``kb.sqlite-ann-<count>-<fingerprint>.usearch``), where the next process maps
-it instead of building it again. The fingerprint covers the vectors at fixed positions, so a graph of other
-vectors is never used.
+it instead of building it again. The fingerprint covers the vectors at fixed positions, so a
+graph of other vectors is never used.
 """
 
 from __future__ import annotations
