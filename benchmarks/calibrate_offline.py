@@ -1,23 +1,49 @@
-"""Fit ExtractiveGenerator's confidence on HotpotQA questions the benchmark does not use.
+"""Fit the offline components' coefficients on HotpotQA questions the benchmarks do not use.
 
-Usage: python benchmarks/calibrate_offline.py [N]. Takes N questions (default 150) that are not
-in bench_eval.py's sample, answers each one-shot over the cached hybrid knowledge base, and
-fits a logistic regression of "the answer contains a gold answer" on the generator's confidence
-features; prints the coefficients for ``CONFIDENCE_COEFFICIENTS`` in components/generators.py.
+Usage: python benchmarks/calibrate_offline.py. Takes the HotpotQA questions that are not in
+bench_eval.py's sample (yes/no questions left out: no sentence says "yes") and MuSiQue's
+single-hop sub-questions (each with the answers of the hops before it filled in), retrieves
+the 5 best chunks of each with one hybrid search of the cached knowledge base, and fits
+
+1. the sentence scorer (``SENTENCE_COEFFICIENTS`` and ``SENTENCE_LEXICAL`` in
+   components/extractive.py): a logistic regression of "this sentence contains a gold answer"
+   on the sentence features, with and without embedding similarity;
+2. the answer judge (``ANSWER_COEFFICIENTS`` and ``ANSWER_LEXICAL`` in components/judging.py,
+   with and without an embedder): a logistic regression
+   of "the extractive answer contains a gold answer" on the answer features, over the answers
+   to the questions as retrieved and, as questions the documents cannot answer, the answers to
+   the same questions with their gold passages taken out of the knowledge base's results.
+
+It prints the coefficients to paste, and a reliability table of the judge on each set. The
+features are cached in benchmarks/.cache (``--fresh`` computes them again: do after changing a
+feature).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 from bench_eval import SAMPLE_EVERY
-from bench_retrieval import DATASETS, knowledge_base
+from bench_retrieval import CACHE, DATASETS, knowledge_base
 
-from ragloop import ExtractiveGenerator
-from ragloop.components.generators import strip_citations
-from ragloop.evaluation.datasets import load_dataset
+from ragloop import Corpus, ExtractiveGenerator
+from ragloop.components import extractive
+from ragloop.components.citations import strip_citations
+from ragloop.components.extractive import (
+    SENTENCE_FEATURES,
+    SentenceScorer,
+    sentence_similarity,
+    split_chunks,
+)
+from ragloop.components.judging import ANSWER_FEATURES, answer_features
+from ragloop.components.questions import profile
+from ragloop.evaluation.datasets import EvalDataset, EvalQuestion, load_dataset
 from ragloop.evaluation.metrics import answer_contains
+from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 TOP_K = 5
 
@@ -33,24 +59,241 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, steps: int = 50
     return w
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 150
-    dataset = load_dataset(DATASETS["HotpotQA"])
-    held_out = [q for i, q in enumerate(dataset.questions) if i % SAMPLE_EVERY != 0][:n]
-    kb = knowledge_base("HotpotQA", dataset, "minilm")
-    generator = ExtractiveGenerator(corpus=kb)
-    rows, labels = [], []
-    for q in held_out:
-        chunks = kb.retriever().retrieve(q.question, TOP_K)
-        chosen, scorer = generator.pick(q.question, chunks)
-        if not chosen:
+# The direction each answer feature can only push the chance: an answer does not become more
+# likely right by missing the kind of answer asked for, nor less by covering more of the
+# question. A coefficient fitted the other way (a quirk of the fitting data, such as HotpotQA's
+# rough person and place detection) is held at 0.
+ANSWER_SIGNS = {
+    "coverage": 1,
+    "names": 1,
+    "similarity": 1,
+    "typed": 1,
+    "untyped": -1,
+    "length": -1,
+    "foreign": -1,
+    "parts_missing": -1,
+    "ungrounded": -1,
+    "evidence": 1,
+}
+
+
+def fit_signed(x: np.ndarray, y: np.ndarray, signs: list[int]) -> np.ndarray:
+    """:func:`fit_logistic` with each coefficient (after the intercept) held to the sign
+    given (0: free): a coefficient fitted the other way is fixed at 0 and the rest refitted."""
+    free = list(range(x.shape[1]))
+    while True:
+        w = np.zeros(x.shape[1])
+        w[free] = fit_logistic(x[:, free], y)
+        wrong = [i for i in free[1:] if signs[i - 1] and np.sign(w[i]) == -signs[i - 1]]
+        if not wrong:
+            return w
+        free = [i for i in free if i not in wrong]
+
+
+def coefficients(names: tuple[str, ...], w: np.ndarray) -> str:
+    pairs = [f'"bias": {w[0]:.2f}'] + [f'"{n}": {v:.2f}' for n, v in zip(names, w[1:], strict=True)]
+    return "{" + ", ".join(pairs) + "}"
+
+
+def sentence_data(kb, questions, *, embedded: bool) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Sentence features (``x``, intercept first), labels (``y``: the sentence contains a gold
+    answer) and the question each sentence belongs to (``g``)."""
+    corpus = Corpus.of(kb) if embedded else None
+    rows, labels, groups = [], [], []
+    for n, q in enumerate(questions):
+        chunks = kb.search(q.question, top_k=TOP_K)
+        sentences = split_chunks(chunks)
+        if not sentences:
             continue
-        answer = strip_citations(" ".join(s.text for s in chosen))
-        rows.append([1.0, *generator.features(scorer, chosen)])
-        labels.append(answer_contains(answer, q.answers))
-    w = fit_logistic(np.array(rows), np.array(labels))
-    print(f"{len(rows)} answers, {np.mean(labels):.2f} contain gold")
-    print("CONFIDENCE_COEFFICIENTS = (" + ", ".join(f"{v:.2f}" for v in w) + ")")
+        scorer = SentenceScorer.build(q.question, sentences)
+        similarity = sentence_similarity(corpus, scorer, chunks) if embedded else None
+        scorer.score(chunks, similarity, corpus)
+        for sentence in sentences:
+            rows.append([1.0, *(sentence.features[k] for k in SENTENCE_FEATURES)])
+            labels.append(float(answer_contains(sentence.text, q.answers)))
+            groups.append(n)
+    return {"x": np.array(rows), "y": np.array(labels), "g": np.array(groups)}
+
+
+def answer_data(kb, questions, *, embedded: bool) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """Answer features and labels: each question as retrieved, and again without its gold
+    passages (a question the documents cannot answer); with or without the embedder."""
+    corpus = Corpus.of(kb) if embedded else Corpus.of(kb, embedder=None)
+    generator = ExtractiveGenerator(corpus=corpus, unsure_below=0.0)
+    rows, labels = [], []
+    for q in questions:
+        found = kb.search(q.question, top_k=4 * TOP_K)
+        for chunks in (found[:TOP_K], [c for c in found if c.source not in q.gold][:TOP_K]):
+            answer = generator.generate(q.question, chunks).answer
+            asked = profile(q.question)
+            analysis = generator.judge.analyse(asked, chunks, answer)
+            if not analysis.answered:
+                continue
+            features = answer_features(asked, analysis)
+            rows.append([1.0, *(features[k] for k in ANSWER_FEATURES)])
+            labels.append(float(answer_contains(strip_citations(answer), q.answers)))
+    return {"x": np.array(rows), "y": np.array(labels)}
+
+
+def reliability(p: np.ndarray, y: np.ndarray) -> list[str]:
+    """Predicted chance against how often it was right, in bins of 0.2."""
+    lines = ["| predicted | answers | mean predicted | right |", "|---|---|---|---|"]
+    for low in (0.0, 0.2, 0.4, 0.6, 0.8):
+        inside = (p >= low) & (p < low + 0.2 if low < 0.8 else p <= 1.0)
+        if inside.any():
+            lines.append(
+                f"| {low:.1f}-{low + 0.2:.1f} | {int(inside.sum())} | "
+                f"{p[inside].mean():.2f} | {y[inside].mean():.2f} |"
+            )
+    return lines
+
+
+def musique_single_hops(dataset: EvalDataset) -> list[EvalQuestion]:
+    """MuSiQue's single-hop sub-questions, each with the answers of the hops before it put in
+    for "#1", "#2" (those written as "X >> relation" left out). bench_eval.py asks the whole
+    questions; none of it asks these."""
+    ids = {(p.title, " ".join(p.text.split())): p.id for p in dataset.passages}
+    rows = json.loads(DATASETS["MuSiQue"].read_text(encoding="utf-8"))
+    out = []
+    for row in rows:
+        paragraphs = {p["idx"]: p for p in row["paragraphs"]}
+        answers: list[str] = []
+        for n, step in enumerate(row["question_decomposition"], 1):
+            answers.append(step["answer"])
+            text = step["question"]
+            for k, earlier in enumerate(answers[:-1], 1):
+                text = text.replace(f"#{k}", earlier)
+            support = paragraphs.get(step["paragraph_support_idx"])
+            if ">>" in text or "#" in text or support is None:
+                continue
+            key = (support["title"].strip(), " ".join(support["paragraph_text"].split()))
+            out.append(
+                EvalQuestion(
+                    id=f"{row['id']}#{n}", question=text, answers=[step["answer"]], gold=[ids[key]]
+                )
+            )
+    return out
+
+
+def calibration_sets() -> dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]:
+    """HotpotQA's questions outside bench_eval.py's sample (yes/no ones left out) and MuSiQue's
+    single-hop sub-questions, each over its own cached knowledge base."""
+    hotpot = load_dataset(DATASETS["HotpotQA"])
+    held_out = [
+        q
+        for i, q in enumerate(hotpot.questions)
+        if i % SAMPLE_EVERY != 0 and not {a.lower() for a in q.answers} & {"yes", "no"}
+    ]
+    musique = load_dataset(DATASETS["MuSiQue"])
+    return {
+        "hotpotqa": (knowledge_base("HotpotQA", hotpot, "minilm"), held_out),
+        "musique-single-hop": (
+            knowledge_base("MuSiQue", musique, "minilm"),
+            musique_single_hops(musique),
+        ),
+    }
+
+
+def cached(name: str, make: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Feature rows and labels, computed once (``--fresh`` computes them again)."""
+    path = CACHE / f"calibration-{name}.npz"
+    if path.exists() and "--fresh" not in sys.argv:
+        return dict(np.load(path))
+    data = make()
+    np.savez(path, **data)
+    return data
+
+
+def fit_ranking(x: np.ndarray, y: np.ndarray, g: np.ndarray, l2: float = 1e-2) -> np.ndarray:
+    """A conditional logit: the weights under which each question's right sentences take the
+    most of a softmax over that question's sentences (gradient ascent; no intercept, since a
+    shift is the same for every sentence of a question)."""
+    keep = np.isin(g, np.unique(g[y > 0]))  # questions with a right sentence at all
+    x, y, g = x[keep], y[keep], g[keep]
+    _, group = np.unique(g, return_inverse=True)
+    w = np.zeros(x.shape[1])
+    rate = 0.5
+    for _ in range(2000):
+        z = x @ w
+        z -= np.maximum.reduceat(z, np.r_[0, np.flatnonzero(np.diff(group)) + 1])[group]
+        e = np.exp(z)
+        p = e / np.bincount(group, e)[group]  # softmax within each question
+        q = p * y / np.bincount(group, p * y)[group]  # ... over its right sentences
+        grad = x.T @ (q - p) / (group.max() + 1) - l2 * w
+        w += rate * grad
+    return w
+
+
+def stacked(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The sets' rows one after the other (question numbers kept apart per set)."""
+    out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k != "g"}
+    if "g" in parts[0]:
+        offsets = np.cumsum([0] + [int(p["g"].max()) + 1 for p in parts[:-1]])
+        out["g"] = np.concatenate([p["g"] + o for p, o in zip(parts, offsets, strict=True)])
+    return out
+
+
+def fit_sentences(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> None:
+    """The sentence scorer: weights from a ranking fit (which sentence of a question answers
+    it), then the intercept from a logistic fit with those weights, so the score reads as a
+    chance."""
+    for embedded, name in ((True, "SENTENCE_COEFFICIENTS"), (False, "SENTENCE_LEXICAL")):
+        data = stacked(
+            [
+                cached(
+                    f"sentences-{key}-{embedded}",
+                    partial(sentence_data, kb, questions, embedded=embedded),
+                )
+                for key, (kb, questions) in sets.items()
+            ]
+        )
+        features = (
+            SENTENCE_FEATURES
+            if embedded
+            else tuple(f for f in SENTENCE_FEATURES if f != "similarity")
+        )
+        columns = [1 + SENTENCE_FEATURES.index(f) for f in features]
+        x, y = data["x"][:, columns], data["y"]
+        w = fit_ranking(x, y, data["g"])
+        z = x @ w
+        bias = fit_logistic(np.column_stack([np.ones_like(z), z]), y)
+        weights = np.r_[bias[0], w * bias[1]]
+        print(f"{len(y)} sentences, {y.mean():.3f} contain a gold answer")
+        print(f"{name} = {coefficients(features, weights)}")
+        fitted = dict(zip(("bias", *features), (float(v) for v in weights), strict=True))
+        target = extractive.SENTENCE_COEFFICIENTS if embedded else extractive.SENTENCE_LEXICAL
+        target.clear()
+        target.update(fitted)  # the answers below are picked with the fitted scorer
+
+
+def fit_answers(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> None:
+    """The answer judge, with an embedder (``ANSWER_COEFFICIENTS``) and without
+    (``ANSWER_LEXICAL``: no similarity, no words said in other words)."""
+    for embedded, name in ((True, "ANSWER_COEFFICIENTS"), (False, "ANSWER_LEXICAL")):
+        parts = {
+            key: cached(
+                f"answers-{key}-{embedded}", partial(answer_data, kb, questions, embedded=embedded)
+            )
+            for key, (kb, questions) in sets.items()
+        }
+        features = (
+            ANSWER_FEATURES if embedded else tuple(f for f in ANSWER_FEATURES if f != "similarity")
+        )
+        columns = [0] + [1 + ANSWER_FEATURES.index(f) for f in features]
+        data = stacked(list(parts.values()))
+        w = fit_signed(data["x"][:, columns], data["y"], [ANSWER_SIGNS[f] for f in features])
+        print(f"{len(data['y'])} answers, {data['y'].mean():.3f} contain a gold answer")
+        print(f"{name} = {coefficients(features, w)}")
+        for key, part in parts.items():
+            print(f"\n{key}: {len(part['y'])} answers")
+            chance = 1 / (1 + np.exp(-(part["x"][:, columns] @ w)))
+            print("\n".join(reliability(chance, part["y"])))
+
+
+def main() -> None:
+    sets = calibration_sets()
+    fit_sentences(sets)
+    fit_answers(sets)
 
 
 if __name__ == "__main__":

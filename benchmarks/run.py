@@ -2,7 +2,8 @@
 
     python benchmarks/run.py            # every bench_*.py (what `make bench` runs)
     python benchmarks/run.py --slow     # also slow_*.py (about an hour: 100k-chunk scale, e5)
-    python benchmarks/run.py NAME ...   # only these modules (e.g. bench_engine)
+    python benchmarks/run.py NAME ...   # only these modules (e.g. bench_engine, huge_kb_scale:
+                                        # 1M chunks, about 40 minutes)
 
 Each module's ``run()`` returns a markdown section; it is written between markers, stamped with
 the machine and date it was measured on, and sections of modules not run this time are kept.
@@ -49,6 +50,7 @@ def load(path: Path):  # type: ignore[no-untyped-def]
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
 

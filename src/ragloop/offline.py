@@ -18,6 +18,7 @@ from ragloop.components.controller import OfflineController
 from ragloop.components.corpus import Corpus
 from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
 from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
+from ragloop.components.judging import AnswerJudge
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
 from ragloop.core.calls import has_method
 from ragloop.core.errors import ConfigError, check_options
@@ -43,6 +44,13 @@ def _retriever(source: Any) -> Retriever:
         "expected a KnowledgeBase or a retriever (retrieve/aretrieve), "
         f"got {type(source).__name__}",
     )
+
+
+# The offline judge's score is a calibrated chance of being right (HeuristicEvaluator), and a
+# quoted answer's chance seldom passes 0.8 even when it is right (BENCHMARKS.md: reliability of
+# the offline judge), so the offline loops converge at 0.5: they stand by an answer the judge
+# finds more likely right than wrong. An LLM judge keeps ragsnag's 0.8.
+OFFLINE_CONFIDENCE = 0.5
 
 
 # -- searching through RetrievalLoop.offline ----------------------------------------------------
@@ -139,11 +147,14 @@ def _rag_loop(retriever: Retriever, corpus: Corpus, model: Any, config: dict[str
     if loop_config is not None and config:
         raise ConfigError("config", "pass either config=LoopConfig(...) or its fields, not both")
     if loop_config is None:
+        if model is None:
+            config.setdefault("confidence_threshold", OFFLINE_CONFIDENCE)
         loop_config = LoopConfig(**config)
     if model is None:
+        judge = AnswerJudge(corpus=corpus)  # one analysis of each answer for both
         defaults: dict[str, Any] = {
-            "generator": ExtractiveGenerator(corpus=corpus),
-            "evaluator": HeuristicEvaluator(corpus=corpus),
+            "generator": ExtractiveGenerator(corpus=corpus, judge=judge),
+            "evaluator": HeuristicEvaluator(corpus=corpus, judge=judge),
             "reformulator": HeuristicReformulator(corpus),
         }
     else:
@@ -188,7 +199,11 @@ def agent_loop(source: Any, **options: Unpack[AgentLoopOptions]) -> AgentLoop:
         search = base.search if model is not None else LinkedSearch(source)
     else:
         search = _retriever(source)
-    controller = model if model is not None else OfflineController(corpus=_scoped(source, settings))
+    controller = (
+        model
+        if model is not None
+        else OfflineController(corpus=_scoped(source, settings), threshold=OFFLINE_CONFIDENCE)
+    )
     return AgentLoop(controller, search, **settings)
 
 

@@ -121,6 +121,6 @@ def test_only_the_best_sentences_by_words_are_embedded(shop_kb_dense):
         answer = ExtractiveGenerator(corpus=corpus).generate(question, chunks).answer
     finally:
         corpus.embedder.embed = embed
-    embedded_sentences = set(embedded) & {s.text for s in sentences}
+    embedded_sentences = set(embedded) & {extractive.embedded_text(s) for s in sentences}
     assert len(embedded_sentences) == extractive.EMBEDDED_SENTENCES
     assert "It weighs 1.6 kg" in answer

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from ragloop.components.questions import gives_answer_type, profile, question_parts
-from ragloop.components.text import entity_phrases, sentence_units, split_sentences, stem
+from ragloop.components.text import (
+    code_names,
+    entity_phrases,
+    loose_stems,
+    passage_units,
+    sentence_units,
+    split_sentences,
+    stem,
+)
 
 
 @pytest.mark.parametrize(
@@ -23,6 +31,12 @@ from ragloop.components.text import entity_phrases, sentence_units, split_senten
         ("Why can gas canisters not be posted?", "reason"),
         ("Do you rent out stoves?", "yesno"),
         ("What is the Fellside Circle?", None),
+        ("What exception does json.loads raise on invalid input?", "exception"),
+        ("Which error is raised when the recursion limit is exceeded?", "exception"),
+        ("In which Python version was contextlib.chdir added?", "version"),
+        ("When was the walrus operator introduced?", "version"),
+        ("What is the default relative tolerance of math.isclose?", "default"),
+        ("How many times is a default argument evaluated?", "number"),
     ],
 )
 def test_answer_types(question, kind):
@@ -91,3 +105,67 @@ def test_sentence_units_keep_list_items_apart():
         "Wear is not covered.",
     ]
     assert stem("weighs") == stem("weigh")
+
+
+@pytest.mark.parametrize(
+    ("kind", "sentence", "question", "expected"),
+    [
+        (
+            "exception",
+            "It raises JSONDecodeError on invalid input.",
+            "What does json.loads raise?",
+            True,
+        ),
+        (
+            "exception",
+            "BaseException is the base class of all exceptions.",
+            "What exception does BaseException.add_note raise?",
+            False,
+        ),
+        ("version", "New in version 3.11.", "When was contextlib.chdir added?", True),
+        ("version", "Changed in version 3.11: it is 3.11.", "In Python 3.11, what changed?", False),
+        ("default", "The default tolerance is 1e-09.", "What is the default rel_tol?", True),
+        ("default", "maxsize=128", "What is the default maxsize?", True),
+        ("default", "It sets the tolerance.", "What is the default rel_tol?", False),
+    ],
+)
+def test_technical_answer_types(kind, sentence, question, expected):
+    assert gives_answer_type(kind, sentence, question) is expected
+
+
+def test_code_names_are_found_whole():
+    question = "What happens when functools.lru_cache is given maxsize=None, or `typed=True`?"
+    assert code_names(question) == ["functools.lru_cache", "maxsize=None", "typed=True"]
+    assert code_names("Use --system-site-packages with ThreadPoolExecutor or os.cpu_count().") == [
+        "--system-site-packages",
+        "ThreadPoolExecutor",
+        "os.cpu_count",
+    ]
+    assert profile("What does zip() do with strict=True?").identifiers == ("zip", "strict=True")
+    assert code_names("How do I sort a list?") == []
+
+
+def test_a_word_inside_a_longer_code_name_is_not_the_word():
+    assert loose_stems("ZipFile(file, strict_timestamps=True)") == {stem("strict"), "timestamp"}
+    assert loose_stems("If strict is true, strict_timestamps is ignored.") == {"timestamp"}
+
+
+def test_passage_units_read_tables_by_row_and_keep_code_whole():
+    text = (
+        "# Levels\n\nThe numeric values are given in the table.\n\n"
+        "Level | Numeric value\nERROR | 40\nWARNING | 30\n\n"
+        ">>> -3**2\n-9\n>>> (-3)**2\n9\n\n"
+        "@lru_cache\ndef count(s):\n    return len(s)\n\n"
+        "```\n# a comment, not a heading\nx = 1\n```\n\nDone¶."
+    )
+    units = [(u.kind, u.text, u.heading) for u in passage_units(text)]
+    assert units == [
+        ("prose", "The numeric values are given in the table.", "Levels"),
+        ("row", "Level: ERROR; Numeric value: 40", "Levels"),
+        ("row", "Level: WARNING; Numeric value: 30", "Levels"),
+        ("code", ">>> -3**2\n-9", "Levels"),
+        ("code", ">>> (-3)**2\n9", "Levels"),
+        ("code", "@lru_cache\ndef count(s):\n    return len(s)", "Levels"),
+        ("code", "# a comment, not a heading\nx = 1", "Levels"),
+        ("prose", "Done.", "Levels"),
+    ]

@@ -228,7 +228,7 @@ def _race(tmp_path: Path, trials: int, processes: int = 3) -> list[str]:
         store.close()
         with sqlite3.connect(path) as conn:
             versions = sorted(v for (v,) in conn.execute("SELECT version FROM _ragloop_migrations"))
-        assert versions == [1, 2]
+        assert versions == [1, 2, 3]
     found = []
     while not failures.empty():
         found.append(failures.get())

@@ -84,3 +84,12 @@ def test_many_weak_matches_still_fill_top_k():
     docs = [{0: 4, 1: 1}] + [{1: 1, 2: 1}] * 20 + [{2: 1}]
     hits = build(docs).search([0, 1], 10)
     assert [index for index, _, _ in hits] == list(range(10))
+
+
+def test_batch_term_frequencies_are_each_texts_term_frequencies():
+    from ragloop.retrieval.bm25 import batch_term_frequencies, term_frequencies
+
+    texts = ["Running tents run", "", "The tent's runners ran", "Über naïve café cafés"]
+    batched = batch_term_frequencies(texts)
+    assert batched == [term_frequencies(t) for t in texts]
+    assert [list(c) for c in batched] == [list(term_frequencies(t)) for t in texts]

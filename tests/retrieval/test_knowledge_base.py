@@ -184,10 +184,14 @@ def test_schema_is_migrated_once_and_uses_wal(tmp_path):
     store = SQLiteStore(tmp_path / "kb.sqlite")
     conn = store._conn()
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT version FROM _ragloop_migrations").fetchall() == [(1,), (2,)]
+    assert conn.execute("SELECT version FROM _ragloop_migrations").fetchall() == [
+        (1,),
+        (2,),
+        (3,),
+    ]
     store.close()
     again = SQLiteStore(tmp_path / "kb.sqlite")
-    assert again._conn().execute("SELECT count(*) FROM _ragloop_migrations").fetchone()[0] == 2
+    assert again._conn().execute("SELECT count(*) FROM _ragloop_migrations").fetchone()[0] == 3
     assert again.integrity_check() == "ok"
 
 
@@ -239,10 +243,12 @@ def test_a_killed_ingest_leaves_a_sound_file_and_the_rerun_completes(tmp_path):
     script = textwrap.dedent(
         f"""
         import sys
+        from ragloop.retrieval import ingest_run
         from ragloop.retrieval.knowledge_base import KnowledgeBase
+        ingest_run.WRITE_BATCH = 64  # batches of documents written in one transaction each
         kb = KnowledgeBase({str(db)!r}, embedder="hash")
         def progress(state):
-            print(state.files_done, flush=True)
+            print(state.phase, state.chunks_stored, flush=True)
         kb.ingest({str(corpus)!r}, on_progress=progress)
         """
     )
@@ -251,8 +257,9 @@ def test_a_killed_ingest_leaves_a_sound_file_and_the_rerun_completes(tmp_path):
     ) as process:
         assert process.stdout is not None
         for line in process.stdout:
-            if int(line) >= 300:  # past the first written batch: kill -9, no chance to clean up
-                os.kill(process.pid, signal.SIGKILL)
+            phase, stored = line.split()
+            if phase == "reading" and int(stored) >= 300:  # a few batches written, more to
+                os.kill(process.pid, signal.SIGKILL)  # come: kill -9, no chance to clean up
                 break
     assert process.returncode == -signal.SIGKILL
     store = SQLiteStore(db)
@@ -335,7 +342,33 @@ def test_migration_2_backfills_keyword_terms_of_an_older_file(tmp_path):
     hits = kb.search("tents weighing", mode="bm25")  # "Tents" only in the title
     assert [c.id for c in hits] == ["c1"]
     versions = kb.store._conn().execute("SELECT version FROM _ragloop_migrations")
-    assert [v for (v,) in versions] == [1, 2]
+    assert [v for (v,) in versions] == [1, 2, 3]
+
+
+def test_migration_3_keeps_the_vectors_of_an_older_file(tmp_path, docs):
+    from ragloop.retrieval.store_sqlite import MIGRATIONS
+
+    embedder = HashEmbedder(64)
+    with KnowledgeBase(tmp_path / "new.sqlite", embedder=embedder) as built:
+        built.ingest(docs)
+        expected = [c.id for c in built.search("tent weight", mode="dense")]
+    old = sqlite3.connect(tmp_path / "kb.sqlite")  # the same contents in a version-2 file
+    for _, script in MIGRATIONS[:2]:
+        old.executescript(script)
+    old.execute("CREATE TABLE _ragloop_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
+    old.execute("INSERT INTO _ragloop_migrations VALUES (1, 'then'), (2, 'then')")
+    old.execute("ATTACH ? AS new", (str(tmp_path / "new.sqlite"),))
+    for table in ("documents", "chunks", "vocabulary", "vectors", "meta"):
+        old.execute(f"DELETE FROM {table}")
+        old.execute(f"INSERT INTO {table} SELECT * FROM new.{table}")
+    old.commit()
+    old.close()
+    kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=embedder)
+    assert [c.id for c in kb.search("tent weight", mode="dense")] == expected
+    conn = kb.store._conn()
+    table = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'vectors'").fetchone()[0]
+    assert "WITHOUT ROWID" not in table
+    assert kb.store.integrity_check() == "ok"
 
 
 def test_searches_survive_documents_replaced_by_another_writer(tmp_path, docs):
@@ -348,9 +381,9 @@ def test_searches_survive_documents_replaced_by_another_writer(tmp_path, docs):
     # indexes; the reader's next search must reload, and one racing the load must not crash
     (docs / "camping" / "tents.md").write_text("# Tents\n\nThe Ridgeline 3 tent weighs 2 kg.\n")
     writer.ingest(docs)
-    stale_pks = reader.store._keyword.pks.copy()
+    stale_pks = reader.store._keyword.rows.pks.copy()
     assert reader.search("tent weighs", mode="bm25")[0].content.startswith("The Ridgeline 3")
-    reader.store._keyword.pks = stale_pks  # as if the load had raced the writer
+    reader.store._keyword.rows.pks = stale_pks  # as if the load had raced the writer
     reader.store._keyword.generation = reader.store._generation()
     for chunk in reader.search("tent weighs", mode="bm25"):
         assert "Ridgeline 2" not in chunk.content

@@ -92,15 +92,31 @@ def stop_style(stop_reason: str) -> str:
     return f"bold {OUTCOME_STYLES[outcome]}"
 
 
-def render_answer(
-    answer: str | None, stop_reason: str, detail: str, *, title: str = "Answer"
-) -> RenderableType:
+def answer_title(stop_reason: str) -> tuple[str, str]:
+    """How far to trust a run's answer, as a panel title and colour: only a converged or
+    answered run stands by its answer; one that gave up or failed did not answer; any other
+    stop (attempts, budget or evidence ran out) leaves a best attempt."""
+    try:
+        outcome = StopReason(stop_reason).outcome
+    except ValueError:
+        outcome = ""
+    if outcome == "success":
+        return "Answer", "green"
+    if outcome in ("gave_up", "error"):
+        return "Not answered", "red"
+    return "Not confident: best attempt", "yellow"
+
+
+def render_answer(answer: str | None, stop_reason: str, detail: str) -> RenderableType:
+    """The answer in a panel whose title and colour say how far to trust it
+    (:func:`answer_title`)."""
+    title, colour = answer_title(stop_reason)
     body = Text(answer or "(no answer)")
     footer = Text.assemble(
         ("stopped: ", "dim"), (stop_reason, stop_style(stop_reason)), (f"  {detail}", "dim")
     )
     return Panel(
-        Group(body, Text(""), footer), title=title, title_align="left", border_style="green"
+        Group(body, Text(""), footer), title=title, title_align="left", border_style=colour
     )
 
 

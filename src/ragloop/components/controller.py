@@ -12,8 +12,9 @@ model would read them) and
    (the knowledge base's link graph: an entity bridge), an unanswered part, a word the
    documents never use re-said in their vocabulary, or the question widened with related
    corpus terms; never a query it already ran;
-4. when nothing new is left to search, answers with the best it has, or gives up when the
-   searches found nothing at all.
+4. when nothing new is left to search, answers if the best answer scores at least its
+   threshold, else gives up, saying plainly that the documents do not answer and quoting the
+   closest passage with its source.
 
 The controller keeps no state between calls: everything comes from the messages, so one
 instance serves concurrent runs. Called without tools (the loop's fallback synthesis), it
@@ -27,9 +28,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ragloop.components.citations import NO_ANSWER, answer_text, source_label
 from ragloop.components.corpus import Corpus
-from ragloop.components.evaluators import Analysis, HeuristicEvaluator
-from ragloop.components.generators import NO_ANSWER, ExtractiveGenerator
+from ragloop.components.evaluators import HeuristicEvaluator
+from ragloop.components.generators import ExtractiveGenerator
+from ragloop.components.judging import Analysis, AnswerJudge
 from ragloop.components.questions import profile
 from ragloop.components.text import content_stems, normalize_query, stem
 from ragloop.core.rag_records import GeneratorOutput
@@ -112,8 +115,9 @@ class OfflineController:
         search_limit: int = 10,
     ) -> None:
         self.corpus = None if corpus is None else Corpus.of(corpus)
-        self.generator = ExtractiveGenerator(corpus=self.corpus)
-        self.evaluator = HeuristicEvaluator(corpus=self.corpus)
+        judge = AnswerJudge(corpus=self.corpus)  # one analysis of each answer for both
+        self.generator = ExtractiveGenerator(corpus=self.corpus, judge=judge)
+        self.evaluator = HeuristicEvaluator(corpus=self.corpus, judge=judge)
         self.max_searches = max_searches
         self.threshold = threshold
         self.search_limit = search_limit
@@ -149,11 +153,11 @@ class OfflineController:
             plan = plan[: min(MAX_QUERIES_PER_TURN, room)]
             note = f"{verdict.reason}. " + " ".join(why for _, why in plan)
             return ModelResponse(text=note, tool_calls=[self._search(q) for q, _ in plan])
-        if output.answer != NO_ANSWER:
+        if verdict.score >= self.threshold:
             return self._answer(
                 output, f"Nothing new left to search; answering ({verdict.reason})."
             )
-        reason = f"no document answers it: {verdict.reason}"
+        reason = not_found(output, verdict.score, verdict.reason, seen.chunks)
         return ModelResponse(text=reason, tool_calls=[_call("give_up", reason=reason)])
 
     @staticmethod
@@ -212,6 +216,22 @@ class OfflineController:
         return [
             t for t in asked.terms if stem(t) not in said and t not in names
         ] or found.unresolved
+
+
+def not_found(output: GeneratorOutput, score: float, why: str, chunks: Sequence[Chunk]) -> str:
+    """Why the controller gives up, plainly, with the closest passage it found (its quote and
+    sources), or the sources of the best chunks when nothing was worth quoting."""
+    if output.answer == NO_ANSWER:
+        closest = "; ".join(dict.fromkeys(source_label(c) for c in chunks[:3]))
+        return f"no document answers it: {why}" + (
+            f". Closest sources: {closest}" if closest else ""
+        )
+    _, found, sources = output.answer.rpartition("\n\nSources: ")
+    where = f" ({sources})" if found else ""
+    return (
+        f"the documents do not answer it (the best answer found scores {score:.2f}: {why}). "
+        f"The closest passage{where}: {answer_text(output.answer)}"
+    )
 
 
 def _entity_terms(entities: list[str]) -> set[str]:

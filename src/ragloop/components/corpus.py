@@ -70,6 +70,9 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+TOPIC_SIMILARITY = 0.15  # word-to-question cosine below which a word is off the question's topic
+
+
 class _Lru(OrderedDict[K, V]):
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -251,7 +254,9 @@ class Corpus:
                 t: 0.5 * weights[t] / top + 0.5 * max(float(s), 0.0) / best
                 for t, s in zip(ranked, similarity, strict=True)
             }
-            ranked = sorted(ranked, key=lambda t: (-score[t], t))
+            # words off the question's topic would pull a query away from it
+            near = {t for t, s in zip(ranked, similarity, strict=True) if s >= TOPIC_SIMILARITY}
+            ranked = sorted(near, key=lambda t: (-score[t], t))
         return _distinct_stems(ranked)[:limit]
 
     def substitutes(self, term: str, query: str, limit: int = 2) -> list[str]:

@@ -5,30 +5,35 @@
   citations and a confidence.
 - :class:`LLMGenerator` asks a model for a short cited answer and its confidence.
 
-Both write answers in one format: sentences followed by ``[n]`` markers, then a line
-``Sources: [1] returns.md; [2] ...`` naming the chunk sources the markers refer to.
-:func:`strip_citations` gives the bare text back (what evaluators and metrics should read).
+Both write answers in the format of :mod:`ragloop.components.citations` (sentences with
+``[n]`` markers, then a ``Sources:`` line).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, field_validator
 
+from ragloop.components.citations import NO_ANSWER, UNSURE, with_sources
+from ragloop.components.citations import strip_citations as strip_citations  # re-exported
 from ragloop.components.corpus import Corpus
 from ragloop.components.extractive import (
     Sentence,
     SentenceScorer,
+    code_name_found,
+    rank_for_parts,
+    section_name,
     select,
     sentence_similarity,
     split_chunks,
 )
 from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
+from ragloop.components.judging import AnswerJudge, answer_probability
 from ragloop.components.prompts import fence_chunk, generator_prompt
+from ragloop.components.questions import gives_answer_type, profile
+from ragloop.components.text import content_stems
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, UnitScore, parse_llm_json
@@ -36,33 +41,6 @@ from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import GeneratorOutput
 from ragloop.core.records import Chunk
-
-NO_ANSWER = "The documents retrieved do not answer this question."
-_SOURCES_LINE = re.compile(r"\n+Sources:[^\n]*\s*$")
-_MARKER = re.compile(r"\s*\[\d+(?:,\s*\d+)*\]")
-
-# Confidence = logistic(a + b * coverage + c * missing answer type), fitted by
-# benchmarks/calibrate_offline.py on 300 HotpotQA questions outside bench_eval.py's sample.
-CONFIDENCE_COEFFICIENTS = (-1.85, 2.03, -1.04)
-
-
-def strip_citations(answer: str) -> str:
-    """The answer without its ``[n]`` markers and its ``Sources:`` line."""
-    return _MARKER.sub("", _SOURCES_LINE.sub("", answer)).strip()
-
-
-def source_label(chunk: Chunk) -> str:
-    title = chunk.metadata.get("title")
-    heading = (chunk.metadata.get("heading_path") or [None])[-1]
-    where = heading if heading and heading != title else title
-    return f"{chunk.source} ({where})" if where and where != chunk.source else chunk.source
-
-
-def with_sources(text: str, chunks: Sequence[Chunk]) -> str:
-    """``text`` with a ``Sources:`` line for the chunk numbers its ``[n]`` markers cite."""
-    cited = sorted({int(n) for m in _MARKER.findall(text) for n in re.findall(r"\d+", m)})
-    labels = [f"[{n}] {source_label(chunks[n - 1])}" for n in cited if 1 <= n <= len(chunks)]
-    return f"{text}\n\nSources: {'; '.join(labels)}" if labels else text
 
 
 class ExtractiveGenerator:
@@ -75,24 +53,46 @@ class ExtractiveGenerator:
     multi-hop question), at most ``max_sentences``. Each sentence is followed by ``[n]``, the
     number of its source in the ``Sources:`` line.
 
-    ``confidence`` is a logistic function of how much of the question the answer covers and of
-    whether it lacks the kind of answer asked for, fitted on HotpotQA so that it reads as the
-    chance that the answer contains the right one.
+    A sentence whose subject is named only by the heading it sits under ("New in version
+    3.11." under ``contextlib.chdir(path)``, "within 45 days" under "Sending items back from
+    abroad") is quoted with that heading: ``heading: sentence``.
+
+    An answer whose confidence is below ``unsure_below`` (0.5) starts with "The documents may
+    not answer this; the closest they come:" (:data:`~ragloop.components.citations.UNSURE`),
+    so that nobody takes the closest passage for an answer.
+
+    ``confidence`` is the chance that the answer is right, as
+    :class:`~ragloop.HeuristicEvaluator` would score it
+    (:func:`~ragloop.components.judging.answer_probability`, calibrated on HotpotQA).
     """
 
-    def __init__(self, *, corpus: object = None, max_sentences: int = 3) -> None:
+    def __init__(
+        self,
+        *,
+        corpus: object = None,
+        max_sentences: int = 3,
+        unsure_below: float = 0.5,
+        judge: AnswerJudge | None = None,
+    ) -> None:
         if not isinstance(max_sentences, int) or max_sentences < 1:
             raise ConfigError("max_sentences", f"must be an integer >= 1, got {max_sentences!r}")
+        if not 0.0 <= unsure_below <= 1.0:
+            raise ConfigError("unsure_below", f"must be in [0, 1], got {unsure_below!r}")
         self.corpus = None if corpus is None else Corpus.of(corpus)
         self.max_sentences = max_sentences
+        self.unsure_below = unsure_below
+        self.judge = judge or AnswerJudge(corpus=self.corpus)
 
     def pick(self, query: str, chunks: Sequence[Chunk]) -> tuple[list[Sentence], SentenceScorer]:
         """The chosen sentences (best first) and the scorer that chose them."""
-        sentences = split_chunks(chunks)
-        scorer = SentenceScorer.build(query, sentences)
+        asked = profile(query)
+        sentences = split_chunks(chunks, with_signatures=asked.answer_type == "default")
+        scorer = SentenceScorer.build(asked, sentences)
         similarity = sentence_similarity(self.corpus, scorer, chunks)
+        parts = rank_for_parts(scorer.question, sentences, chunks, self.corpus)
         ranked = scorer.score(chunks, similarity, self.corpus)
-        return select(scorer, ranked, max_sentences=self.max_sentences), scorer
+        chosen = select(scorer, ranked, max_sentences=self.max_sentences, parts=parts)
+        return chosen, scorer
 
     def generate(self, query: str, chunks: list[Chunk]) -> GeneratorOutput:
         chosen, scorer = self.pick(query, chunks)
@@ -102,32 +102,35 @@ class ExtractiveGenerator:
         parts = []
         for sentence in chosen:
             n = numbers.setdefault(sentence.chunk, len(numbers) + 1)
-            parts.append(f"{sentence.text} [{n}]")
+            parts.append(f"{quoted(sentence, scorer)} [{n}]")
         cited = [chunks[i] for i in sorted(numbers, key=numbers.__getitem__)]
         answer = with_sources(" ".join(parts), cited)
-        return GeneratorOutput(answer=answer, confidence=self.confidence(scorer, chosen))
+        found = self.judge.analyse(scorer.question, chunks, answer)
+        confidence = round(answer_probability(scorer.question, found), 4)
+        if confidence < self.unsure_below:  # say so, and still show what came closest
+            answer = f"{UNSURE} {answer}"
+        return GeneratorOutput(answer=answer, confidence=confidence)
 
-    @staticmethod
-    def features(scorer: SentenceScorer, chosen: list[Sentence]) -> tuple[float, float]:
-        """What the confidence is computed from: the weighted share of the question the answer
-        covers, and whether it lacks the kind of answer asked for (a duration, an amount, ...)."""
-        stems: set[str] = set()
-        context: set[str] = set()
-        soft: set[str] = set()
-        for sentence in chosen:
-            stems |= sentence.stems
-            context |= sentence.context_stems
-            soft |= sentence.soft_stems
-        coverage = scorer.coverage(stems, frozenset(context), soft=soft)
-        asked = scorer.question.answer_type not in (None, "yesno")
-        missing_type = float(asked and not any(s.features.get("type") for s in chosen))
-        return coverage, missing_type
 
-    @classmethod
-    def confidence(cls, scorer: SentenceScorer, chosen: list[Sentence]) -> float:
-        a, *weights = CONFIDENCE_COEFFICIENTS
-        z = a + sum(w * x for w, x in zip(weights, cls.features(scorer, chosen), strict=True))
-        return round(1.0 / (1.0 + math.exp(-z)), 4)
+def quoted(sentence: Sentence, scorer: SentenceScorer) -> str:
+    """The sentence as the answer quotes it: with the name of its section (its heading, else
+    its page's title) when that names what the sentence does not: a question term or name, or
+    the API a "which function ..." question asks for."""
+    asked = scorer.question
+    api = asked.answer_type == "api" and not gives_answer_type("api", sentence.text, asked.text)
+    name = section_name(sentence, api=api)
+    if not name or name in sentence.text or sentence.kind == "signature":
+        return sentence.text
+    own = sentence.stems - sentence.loose_stems
+    in_heading = bool(sentence.heading) and (
+        bool((content_stems(sentence.heading) & set(scorer.weights)) - own)
+        or any(
+            code_name_found(n, sentence.heading, frozenset(content_stems(sentence.heading)))
+            and not code_name_found(n, sentence.text, frozenset(own))
+            for n in [*asked.identifiers, *asked.entities]
+        )
+    )
+    return f"{name}: {sentence.text}" if in_heading or api else sentence.text
 
 
 class _GeneratorReply(BaseModel):

@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
+from ragloop.components.corpus import chunk_text
 from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.prompts import judge_chunk, judge_prompt
 from ragloop.components.text import content_terms, is_number
@@ -223,7 +224,7 @@ class LexicalGrounder:
             return Grounding(score=1.0, grounder=self.name)
         if not chunks:
             return Grounding(score=0.0, grounder=self.name)
-        chunk_terms = [_terms(c.content) for c in chunks]
+        chunk_terms = [_terms(chunk_text(c)) for c in chunks]  # headings are text too
         grounded: list[tuple[GroundedSpan | None, bool]] = []
         for start, end in sentences(answer):
             text = answer[start:end]

@@ -143,7 +143,10 @@ class PseudoRelevanceRefiner:
     def refine(self, context: RefineContext) -> str | None:
         evidence = Evidence(list(context.chunks))
         extra = evidence.feedback_terms(
-            content_terms(context.original), limit=self.terms, top_n=self.feedback_chunks
+            context.original,
+            content_terms(context.original),
+            limit=self.terms,
+            top_n=self.feedback_chunks,
         )
         if not extra:
             return None

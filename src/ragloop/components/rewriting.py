@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ragloop.components.corpus import (
+    TOPIC_SIMILARITY,
     Corpus,
     chunk_text,
     feedback_weights,
@@ -92,24 +93,52 @@ class Evidence:
     def best(self) -> Chunk | None:
         return self.chunks[0] if self.chunks else None
 
+    def closest(self, query: str, among: int = 5) -> Chunk | None:
+        """Of the best ``among`` chunks, the one closest to the question in embedding space
+        (the best one without an embedder): the chunk most likely on its topic."""
+        top = self.chunks[:among]
+        if self.corpus is None or self.corpus.embedder is None or len(top) < 2:
+            return self.best
+        similarity = self.corpus.similarity(query, [chunk_text(c)[:1000] for c in top])
+        return top[int(similarity.argmax())] if similarity is not None else self.best
+
     def _document_frequency(self) -> Counter[str]:
         df: Counter[str] = Counter()
         for chunk in self.chunks:
             df.update(set(tokenize(chunk.content)))
         return df
 
-    def feedback_terms(self, exclude: Iterable[str], limit: int, top_n: int = 3) -> list[str]:
-        """Pseudo-relevance feedback over the best ``top_n`` chunks (:func:`feedback_weights`)."""
-        return ranked_terms(feedback_weights(self.chunks[:top_n], exclude))[:limit]
+    def on_topic(self, query: str, terms: list[str]) -> list[str]:
+        """The ``terms`` whose embedding is at least ``TOPIC_SIMILARITY`` from the question's
+        (all of them without an embedder): words taken from the evidence must not pull the
+        query away from the question ("lru_cache maxsize" must not gain "verbose optparse")."""
+        if self.corpus is None or self.corpus.embedder is None or not terms:
+            return terms
+        similarity = self.corpus.similarity(query, terms)
+        if similarity is None:
+            return terms
+        return [t for t, s in zip(terms, similarity, strict=True) if s >= TOPIC_SIMILARITY]
 
-    def distinctive_terms(self, chunk: Chunk, exclude: Iterable[str], limit: int) -> list[str]:
-        """Terms frequent in ``chunk`` and rare across the other retrieved chunks (tf-idf)."""
+    def feedback_terms(
+        self, query: str, exclude: Iterable[str], limit: int, top_n: int = 3
+    ) -> list[str]:
+        """Pseudo-relevance feedback over the best ``top_n`` chunks (:func:`feedback_weights`),
+        on the question's topic."""
+        ranked = ranked_terms(feedback_weights(self.chunks[:top_n], exclude))
+        return self.on_topic(query, ranked[: limit * 3])[:limit]
+
+    def distinctive_terms(
+        self, query: str, chunk: Chunk, exclude: Iterable[str], limit: int
+    ) -> list[str]:
+        """Terms frequent in ``chunk`` and rare across the other retrieved chunks (tf-idf), on
+        the question's topic."""
         excluded = set(exclude)
         df = self._document_frequency()
         n = max(len(self.chunks), 1)
         tf = Counter(t for t in tokenize(chunk.content) if _useful(t, excluded))
         score = {t: c * math.log((n + 1) / df.get(t, 1)) + c * 1e-3 for t, c in tf.items()}
-        return sorted(score, key=lambda t: (-score[t], -len(t), t))[:limit]
+        ranked = sorted(score, key=lambda t: (-score[t], -len(t), t))
+        return self.on_topic(query, ranked[: limit * 3])[:limit]
 
     def bridge_entities(self, question: str, limit: int) -> list[str]:
         """Names the best chunks mention that the question does not: candidate second hops.
@@ -130,7 +159,7 @@ class Evidence:
                 found.append(phrase)
         return found[:limit]
 
-    def neighbour_terms(self, terms: list[str], limit: int) -> list[str]:
+    def neighbour_terms(self, query: str, terms: list[str], limit: int) -> list[str]:
         """Words next to the question's terms in retrieved sentences (the documents' wording)."""
         wanted = set(terms)
         counts: Counter[str] = Counter()
@@ -142,7 +171,8 @@ class Evidence:
                     for t in tokens[max(0, i - 3) : i + 4]:
                         if _useful(t, wanted):
                             counts[t] += 1
-        return sorted(counts, key=lambda t: (-counts[t], -len(t), t))[:limit]
+        ranked = sorted(counts, key=lambda t: (-counts[t], -len(t), t))
+        return self.on_topic(query, ranked[: limit * 3])[:limit]
 
     def missing_terms(self, terms: list[str]) -> list[str]:
         """The terms no retrieved chunk (nor its title or headings) contains."""
@@ -184,7 +214,7 @@ def _strip_question(query: str) -> str:
 def expand(query: str, ev: Evidence) -> list[list[str]]:
     terms = content_terms(query)
     related = ev.corpus.related_terms(query, terms, limit=4) if ev.corpus else []
-    extra = related or ev.feedback_terms(terms, limit=4) or _inflections(terms)
+    extra = related or ev.feedback_terms(query, terms, limit=4) or _inflections(terms)
     base = _strip_question(query)
     return [[f"{base} {' '.join(extra[:k])}"] for k in (3, 4, 2, 1) if extra[:k]]
 
@@ -192,8 +222,9 @@ def expand(query: str, ev: Evidence) -> list[list[str]]:
 def narrow(query: str, ev: Evidence) -> list[list[str]]:
     terms = content_terms(query)
     candidates: list[list[str]] = []
-    if ev.best is not None:
-        specific = ev.distinctive_terms(ev.best, terms, limit=3)
+    closest = ev.closest(query)
+    if closest is not None:
+        specific = ev.distinctive_terms(query, closest, terms, limit=3)
         if specific:
             candidates.append([" ".join(terms + specific)])
     specifics = [e for e in entity_phrases(query)] + [t for t in terms if is_number(t)]
@@ -303,7 +334,7 @@ def hyde(query: str, ev: Evidence) -> list[list[str]]:
     )
     terms = content_terms(query)
     feedback = ev.corpus.related_terms(query, terms, limit=3) if ev.corpus else []
-    feedback = feedback or ev.feedback_terms(terms, limit=3)
+    feedback = feedback or ev.feedback_terms(query, terms, limit=3)
     candidates = []
     if feedback:
         candidates.append([f"{sentence} {' '.join(feedback)}"])
@@ -331,7 +362,9 @@ def perspective_shift(query: str, ev: Evidence) -> list[list[str]]:
     in_corpus_words = _corpus_vocabulary(query, terms, ev.corpus) if ev.corpus else []
     # the words around the question's terms in the evidence; when no retrieved sentence shares
     # a term with the question (a full vocabulary mismatch), the evidence's salient terms
-    neighbours = ev.neighbour_terms(terms, limit=5) or ev.feedback_terms(terms, limit=5)
+    neighbours = ev.neighbour_terms(query, terms, limit=5) or ev.feedback_terms(
+        query, terms, limit=5
+    )
     candidates: list[list[str]] = []
     if in_corpus_words:
         candidates.append([" ".join(in_corpus_words)])
@@ -364,7 +397,7 @@ def tried_queries(original_query: str, history: list[LoopIteration]) -> set[str]
 def _fallbacks(query: str, ev: Evidence) -> Iterable[list[str]]:
     terms = content_terms(query) or tokenize(query) or [query.strip() or "overview"]
     keywords = " ".join(terms)
-    for term in ev.feedback_terms(terms, limit=8):
+    for term in ev.feedback_terms(query, terms, limit=8):
         yield [f"{keywords} {term}"]
     for facet in FACETS:
         yield [f"{keywords} {facet}"]

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import threading
+from dataclasses import dataclass
+from importlib import resources
 
 import Stemmer
 
@@ -30,6 +34,26 @@ STOPWORDS = frozenset(
 )
 
 QUESTION_WORDS = frozenset("what which who whom whose when where why how".split())
+
+
+@functools.cache
+def _general_vocabulary() -> frozenset[str]:
+    """The whole words of the MiniLM WordPiece vocabulary (about 22,000 words of general
+    English that the tokenizer keeps whole); empty if the vocabulary cannot be read."""
+    path = resources.files("ragloop.retrieval") / "models" / "minilm-tokenizer.json"
+    try:
+        vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return frozenset()
+    return frozenset(w for w in vocab if w.isalpha() and not w.startswith("##"))
+
+
+def is_common_word(word: str) -> bool:
+    """Whether a word is everyday English (kept whole by a general-purpose tokenizer:
+    "policy", "abroad", "happens") rather than a name or jargon split into pieces ("bitcoin",
+    "django", "memoize"). Without the vocabulary every word counts as common."""
+    vocabulary = _general_vocabulary()
+    return not vocabulary or word.lower() in vocabulary
 
 
 def tokenize(text: str) -> list[str]:
@@ -176,6 +200,175 @@ def sentence_units(text: str) -> list[str]:
         for piece in pieces:
             units.extend(s for s in split_sentences(piece) if s.strip())
     return units
+
+
+# Code names: `quoted`, --options, dotted.names, snake_case, call(), name=value, CamelCase
+_CODE_NAME = re.compile(
+    r"`([^`\n]{1,80})`"
+    r"|(?<![\w-])(--?[A-Za-z][\w-]*[A-Za-z0-9])"
+    r"|([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+(?:\(\))?)"
+    r"|([A-Za-z_]\w*=[\w.'\"-]+)"
+    r"|(\b[A-Za-z]\w*_\w+|\b_\w+|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z0-9]+[A-Z]\w*|\b\w+\(\))"
+)
+
+
+def code_names(text: str) -> list[str]:
+    """The names of code a text mentions (``json.loads``, ``lru_cache``, ``maxsize=None``,
+    ``--system-site-packages``, ``ThreadPoolExecutor``, anything in backticks), without call
+    parentheses or surrounding punctuation, first occurrence order."""
+    out: list[str] = []
+    for match in _CODE_NAME.finditer(text):
+        name = next(g for g in match.groups() if g).strip().removesuffix("()").rstrip(".,;:")
+        if len(name) > 1 and name not in out and not name.replace(".", "").isdigit():
+            out.append(name)
+    return out
+
+
+_COMPOUND = re.compile(r"\b[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+\b")
+
+
+def loose_stems(text: str) -> set[str]:
+    """The stems a text has only inside compound names (``strict`` in ``strict_timestamps``):
+    a question asking about ``strict`` is not answered by them."""
+    compounds = _COMPOUND.findall(text)
+    if not compounds:
+        return set()
+    inside = {
+        stem(t) for c in compounds for t in tokenize(c.replace("_", " ")) if is_content_word(t)
+    }
+    return inside - content_stems(_COMPOUND.sub(" ", text))
+
+
+@dataclass(frozen=True)
+class PassageUnit:
+    """A quotable piece of a passage: a sentence, a table row read with its header, or a
+    piece of code (a doctest example with its output, or a code block), with the heading it
+    sits under inside the passage ("" if none)."""
+
+    kind: str  # "prose" | "row" | "code"
+    text: str
+    heading: str = ""
+
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+_TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
+MAX_CODE_CHARS = 400
+
+
+def passage_units(text: str) -> list[PassageUnit]:
+    """The units of a passage (see :class:`PassageUnit`): prose split into sentences
+    (:func:`sentence_units`), markdown tables row by row with their header ("Level: ERROR;
+    Numeric value: 40"), fenced code blocks and doctest examples as code, and the markdown
+    headings inside the passage kept as the heading of what follows them."""
+    units: list[PassageUnit] = []
+    heading = ""
+    for kind, block in _blocks(text.replace("¶", "")):
+        if kind == "code":
+            units.extend(PassageUnit("code", piece, heading) for piece in _code_pieces(block))
+            continue
+        lines = [line for line in block.splitlines() if line.strip()]
+        while lines and _MD_HEADING.match(lines[0]):
+            heading = _MD_HEADING.match(lines[0])[1]  # type: ignore[index]
+            lines = lines[1:]
+        if not lines:
+            continue
+        if _is_table(lines):
+            units.extend(PassageUnit("row", row, heading) for row in _table_rows(lines))
+        elif _is_code(lines):
+            units.extend(PassageUnit("code", p, heading) for p in _code_pieces("\n".join(lines)))
+        else:
+            units.extend(PassageUnit("prose", s, heading) for s in sentence_units("\n".join(lines)))
+    return units
+
+
+def _blocks(text: str) -> list[tuple[str, str]]:
+    """Paragraphs (split at blank lines) and fenced code blocks (kept whole)."""
+    out: list[tuple[str, str]] = []
+    paragraph: list[str] = []
+    code: list[str] | None = None
+    for line in text.splitlines():
+        if code is not None:
+            if _FENCE.match(line):
+                out.append(("code", "\n".join(code)))
+                code = None
+            else:
+                code.append(line)
+        elif _FENCE.match(line):
+            if paragraph:
+                out.append(("text", "\n".join(paragraph)))
+                paragraph = []
+            code = []
+        elif line.strip():
+            paragraph.append(line)
+        elif paragraph:
+            out.append(("text", "\n".join(paragraph)))
+            paragraph = []
+    if code is not None:  # an unclosed fence: the code runs to the end of the passage
+        out.append(("code", "\n".join(code)))
+    if paragraph:
+        out.append(("text", "\n".join(paragraph)))
+    return out
+
+
+_CODE_LINE = re.compile(
+    r"^\s*(?:>>>|\.\.\.|#|@|def |class |import |from \w|return\b|if .*:$|for .*:$|"
+    r"while .*:$|with .*:$|try:|except\b|else:|elif |raise |yield |print\(|"
+    r"[\w.\[\]]+\s*[+\-*/]?=\s|[})\]]+;?$)"
+)
+
+
+def _is_table(lines: list[str]) -> bool:
+    """Rows of cells split by ``|`` (markdown or plain), every row with as many cells."""
+    if len(lines) < 2 or not all("|" in line for line in lines):
+        return False
+    rows = [line for line in lines if not _TABLE_RULE.match(line)]
+    return len({len(_cells(row)) for row in rows}) == 1 and len(_cells(rows[0])) > 1
+
+
+def _is_code(lines: list[str]) -> bool:
+    """A doctest, or lines that mostly look like code (indented blocks, statements, comments)
+    rather than sentences."""
+    if lines[0].lstrip().startswith(">>>"):
+        return True
+    if len(lines) < 2:
+        return False
+    code = sum(bool(_CODE_LINE.match(line)) or line.startswith(("    ", "\t")) for line in lines)
+    prose = sum(line.rstrip().endswith((".", "?", "!")) and " " in line.strip() for line in lines)
+    return code >= 0.6 * len(lines) and prose < 0.5 * len(lines)
+
+
+def _code_pieces(code: str) -> list[str]:
+    """Doctest examples one by one (each ``>>>`` statement with its continuation and output),
+    other code in pieces of at most ``MAX_CODE_CHARS`` cut at line ends."""
+    lines = [line.rstrip() for line in code.splitlines() if line.strip()]
+    pieces: list[list[str]] = []
+    for line in lines:
+        starts = line.lstrip().startswith(">>>")
+        if not pieces or starts or sum(len(x) + 1 for x in pieces[-1]) + len(line) > MAX_CODE_CHARS:
+            pieces.append([])
+        pieces[-1].append(line)
+    return ["\n".join(p) for p in pieces if "".join(p).strip()]
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip() for c in row.strip().strip("|").split("|")]
+
+
+def _table_rows(lines: list[str]) -> list[str]:
+    """A table's rows, each read with its header, the first row ("Level: ERROR; Numeric
+    value: 40")."""
+    rows = [line for line in lines if not _TABLE_RULE.match(line)]
+    header = _cells(rows[0])
+    out = []
+    for row in rows[1:]:
+        cells = _cells(row)
+        if header and len(header) == len(cells):
+            pairs = [f"{h}: {c}" if h else c for h, c in zip(header, cells, strict=True) if c]
+            out.append("; ".join(pairs))
+        else:
+            out.append("; ".join(c for c in cells if c))
+    return [row for row in out if row]
 
 
 def count_tokens(text: str) -> int:

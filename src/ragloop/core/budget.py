@@ -40,6 +40,8 @@ from ragloop.core.records import StopReason, Usage
 
 T = TypeVar("T")
 
+DOLLAR_TOLERANCE = 1e-9  # relative: float sums of costs may fall just short of the cap
+
 
 class Budget(BaseModel):
     """Caps on one run. ``None`` means uncapped; ``0`` means exhausted before the first step."""
@@ -131,7 +133,10 @@ class BudgetTracker:
             return StopReason.BUDGET_ITER
         if b.max_tokens is not None and self._usage.total_tokens >= b.max_tokens:
             return StopReason.BUDGET_TOKENS
-        if b.max_dollars is not None and (self._usage.cost_usd or 0.0) >= b.max_dollars:
+        # costs add up in floating point (1e-4 + 24e-4 + ... falls a hair short of 0.015): a
+        # spend within a billionth of the cap has reached it
+        spent = self._usage.cost_usd or 0.0
+        if b.max_dollars is not None and spent >= b.max_dollars * (1 - DOLLAR_TOLERANCE):
             return StopReason.BUDGET_DOLLARS
         if b.max_wall_ms is not None and self.wall_ms >= b.max_wall_ms:
             return StopReason.BUDGET_WALL_MS

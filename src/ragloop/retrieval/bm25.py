@@ -15,7 +15,7 @@ does, with FTS5's idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,7 +47,34 @@ def term_frequencies(text: str) -> Counter[str]:
     return Counter(analyze(text))
 
 
+def batch_term_frequencies(texts: Sequence[str]) -> list[Counter[str]]:
+    """``term_frequencies`` of each text, stemming each distinct word once (chunks repeat
+    most of their words; stems are remembered across batches, up to ``STEMS_KEPT`` words)."""
+    words = [Counter(tokenize(text)) for text in texts]
+    for counts in words:
+        for stopword in STOPWORDS.intersection(counts):
+            del counts[stopword]
+    new = list({word for counts in words for word in counts if word not in _stems})
+    if len(_stems) + len(new) > STEMS_KEPT:
+        _stems.clear()
+    _stems.update(zip(new, stem_words(new), strict=True))
+    out: list[Counter[str]] = []
+    for counts in words:
+        terms: Counter[str] = Counter()
+        for word, count in counts.items():
+            terms[_stems.get(word) or stem_words([word])[0]] += count
+        out.append(terms)
+    return out
+
+
+STEMS_KEPT = 200_000  # words whose stem batch_term_frequencies remembers (about 25 MB)
+_stems: dict[str, str] = {}
+
+
 Postings = tuple["npt.NDArray[np.uint32]", "npt.NDArray[np.uint32]"]  # (term ids, counts)
+# consecutive chunks: each one's number of distinct terms, then all their term ids and counts
+PostingsBlock = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int32]", "npt.NDArray[np.uint16]"]
+BLOCK = 8192  # chunks in a block
 
 
 def pack(frequencies: dict[int, int]) -> bytes:
@@ -83,28 +110,68 @@ class BM25Index:
     @classmethod
     def build(cls, chunks: Sequence[Postings], vocabulary: int) -> BM25Index:
         """From each chunk's (term ids, frequencies), in the stores' chunk order."""
-        n_docs = len(chunks)
-        sizes = np.fromiter((len(ids) for ids, _ in chunks), dtype=np.int64, count=n_docs)
-        if not n_docs or not sizes.sum():
-            return cls(n_docs, np.zeros(vocabulary + 1, dtype=np.int64),
-                       np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32),
-                       np.zeros(vocabulary, dtype=np.float64))  # fmt: skip
-        terms = np.concatenate([ids for ids, _ in chunks]).astype(np.int64)
-        if int(terms.max()) >= vocabulary:  # a damaged index must not allocate by its ids
-            raise ValueError(f"term id {int(terms.max())} is beyond the vocabulary ({vocabulary})")
-        tfs = np.concatenate([counts for _, counts in chunks]).astype(np.float32)
-        docs = np.repeat(np.arange(n_docs, dtype=np.int32), sizes)
-        lengths = np.bincount(docs, weights=tfs, minlength=n_docs).astype(np.float32)
-        average = float(lengths.mean()) or 1.0
-        norm = K1 * (1 - B + B * lengths[docs] / average)
-        counts = np.bincount(terms, minlength=vocabulary)
+        return cls.from_blocks(_blocks(chunks), vocabulary)
+
+    @classmethod
+    def from_blocks(cls, blocks: Iterable[PostingsBlock], vocabulary: int) -> BM25Index:
+        """From blocks of consecutive chunks, in the stores' chunk order.
+
+        Memory stays near the size of the result (8 bytes a posting): the blocks are kept as
+        compact arrays (6 bytes a posting), and the postings are put in term order by counting
+        (each term's run is sized first, then every block writes into the runs and is freed),
+        not by sorting all of them at once, which needs several corpus-sized temporaries.
+        """
+        kept: list[PostingsBlock] = []
+        lengths_parts: list[npt.NDArray[np.float32]] = []
+        counts = np.zeros(vocabulary, dtype=np.int64)
+        for sizes, terms, tfs in blocks:
+            if len(terms) and not 0 <= int(terms.min()) <= int(terms.max()) < vocabulary:
+                raise ValueError(  # a damaged index must not allocate by its ids
+                    f"term ids {int(terms.min())}..{int(terms.max())} are beyond the "
+                    f"vocabulary ({vocabulary})"
+                )
+            counts += np.bincount(terms, minlength=vocabulary)
+            local = np.repeat(np.arange(len(sizes)), sizes)
+            lengths_parts.append(
+                np.bincount(local, weights=tfs, minlength=len(sizes)).astype(np.float32)
+            )
+            kept.append((sizes, terms, tfs))
+        lengths = np.concatenate(lengths_parts) if lengths_parts else np.zeros(0, np.float32)
+        n_docs = len(lengths)
+        ptr = np.zeros(vocabulary + 1, dtype=np.int64)
+        np.cumsum(counts, out=ptr[1:])
+        total = int(ptr[-1])
         # FTS5's idf, log((N - n + 0.5) / (n + 0.5)), floored at 1e-6
         idfs = np.maximum(np.log((n_docs - counts + 0.5) / (counts + 0.5)), 1e-6)
-        weights = (tfs * (K1 + 1) / (tfs + norm) * idfs[terms]).astype(np.float32)
-        order = np.argsort(terms, kind="stable")
-        ptr = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=ptr[1:])
-        return cls(n_docs, ptr, docs[order], weights[order], idfs)
+        docs = np.empty(total, dtype=np.int32)
+        weights = np.empty(total, dtype=np.float32)
+        average = float(lengths.mean()) if n_docs else 1.0
+        average = average or 1.0
+        cursor = ptr[:-1].copy()  # where each term's next posting goes
+        first_doc = 0
+        while kept:
+            sizes, terms, tfs = kept.pop(0)
+            block_docs = np.repeat(
+                np.arange(first_doc, first_doc + len(sizes), dtype=np.int32), sizes
+            )
+            first_doc += len(sizes)
+            if not len(terms):
+                continue
+            tf = tfs.astype(np.float32)
+            norm = K1 * (1 - B + B * lengths[block_docs] / average)
+            block_weights = tf * (K1 + 1) / (tf + norm) * idfs[terms].astype(np.float32)
+            # each posting's place in its term's run: the run's cursor plus its rank among
+            # the block's postings of that term (a stable sort keeps chunk order)
+            order = np.argsort(terms, kind="stable")
+            sorted_terms = terms[order]
+            starts = np.flatnonzero(np.r_[True, sorted_terms[1:] != sorted_terms[:-1]])
+            run_sizes = np.diff(np.r_[starts, len(sorted_terms)])
+            rank = np.arange(len(order)) - np.repeat(starts, run_sizes)
+            places = cursor[sorted_terms] + rank
+            docs[places] = block_docs[order]
+            weights[places] = block_weights[order]
+            cursor[sorted_terms[starts]] += run_sizes
+        return cls(n_docs, ptr, docs, weights, idfs)
 
     def document_frequency(self, term: int) -> int:
         if term < 0 or term + 1 >= len(self.ptr):
@@ -150,3 +217,22 @@ def _top_indices(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp
         kth = np.partition(scores[candidates], len(candidates) - k)[len(candidates) - k]
         candidates = candidates[scores[candidates] >= kth]
     return candidates[np.lexsort((candidates, -scores[candidates]))][:k]
+
+
+def block(postings: Sequence[Postings]) -> PostingsBlock:
+    """Consecutive chunks' postings as one block (counts above 65,535 are capped: BM25 has
+    saturated long before)."""
+    sizes = np.fromiter((len(ids) for ids, _ in postings), dtype=np.int64, count=len(postings))
+    if not sizes.sum():
+        return sizes, np.zeros(0, np.int32), np.zeros(0, np.uint16)
+    terms = np.concatenate([ids for ids, _ in postings])
+    if int(terms.max()) > np.iinfo(np.int32).max:
+        raise ValueError(f"term id {int(terms.max())} is beyond any vocabulary")
+    terms = terms.astype(np.int32)
+    counts = np.concatenate([c for _, c in postings])
+    return sizes, terms, np.minimum(counts, 65535).astype(np.uint16)
+
+
+def _blocks(chunks: Sequence[Postings]) -> Iterator[PostingsBlock]:
+    for start in range(0, len(chunks), BLOCK):
+        yield block(chunks[start : start + BLOCK])

@@ -42,7 +42,7 @@ def chunk_size(text: str) -> int:
     """The size chunking bounds: words and punctuation marks (as ``count_tokens`` counts
     them), each character of an unspaced script, and at least one per ``CHARS_PER_TOKEN``
     characters."""
-    marks = sum(1 for _ in _MEASURE.finditer(text))
+    marks = len(_MEASURE.findall(text))
     return max(marks, len(text) // CHARS_PER_TOKEN)
 
 
@@ -177,7 +177,7 @@ def chunk_document(doc: ParsedDocument, config: ChunkingConfig | None = None) ->
             title = block.meta.get("title")
             record_path = [*path(), title] if title else path()
             meta = {k: v for k, v in block.meta.items() if k != "title"}
-            for piece in _pieces(block.text, config):
+            for piece, _ in _pieces(block.text, config):
                 chunks.append(DraftChunk(piece, record_path, meta=dict(meta)))
         else:
             section.append(block)
@@ -187,22 +187,26 @@ def chunk_document(doc: ParsedDocument, config: ChunkingConfig | None = None) ->
     return chunks
 
 
-def _pieces(text: str, config: ChunkingConfig) -> list[str]:
+def _pieces(text: str, config: ChunkingConfig) -> list[tuple[str, int]]:
+    """(piece, its chunk_size): measuring is most of chunking's time, so it is done once."""
     text = text.strip()
-    if chunk_size(text) <= config.max_tokens:
-        return [text] if text else []
-    return list(_windows(text, config))
+    size = chunk_size(text)
+    if size <= config.max_tokens:
+        return [(text, size)] if text else []
+    return [(piece, chunk_size(piece)) for piece in _windows(text, config)]
 
 
-def _block_pieces(block: Block, config: ChunkingConfig) -> list[str]:
-    """A block's text in pieces of at most ``max_tokens``: code and tables by lines."""
+def _block_pieces(block: Block, config: ChunkingConfig) -> list[tuple[str, int]]:
+    """A block's text in pieces of at most ``max_tokens`` with their sizes: code and tables
+    by lines."""
     if "code" not in block.meta and "table" not in block.meta:
         return _pieces(block.text, config)
     text = block.text.strip("\n")
     if not text.strip():
         return []
-    if chunk_size(text) <= config.max_tokens:
-        return [text]
+    size = chunk_size(text)
+    if size <= config.max_tokens:
+        return [(text, size)]
     header = block.meta.get("table") or ""
     lines = text.split("\n")
     if header and lines[0] == header:
@@ -232,7 +236,7 @@ def _block_pieces(block: Block, config: ChunkingConfig) -> list[str]:
         part.append(line)
         size += tokens
     emit()
-    return pieces
+    return [(piece, chunk_size(piece)) for piece in pieces]
 
 
 def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) -> list[DraftChunk]:
@@ -249,8 +253,7 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
         parts, size, meta = [], 0, {}
 
     for block in blocks:
-        for piece in _block_pieces(block, config):
-            tokens = chunk_size(piece)
+        for piece, tokens in _block_pieces(block, config):
             page = block.meta.get("page")
             if parts and (size + tokens > config.max_tokens or meta.get("page", page) != page):
                 emit()

@@ -305,6 +305,29 @@ class KnowledgeBaseConformance:
         assert [c.metadata["title"] for c in kb.linked_chunks([first.id])] == ["Northfold Gear"]
         kb.close()
 
+    def test_links_within_one_batch_go_both_ways(self, tmp_path: Path) -> None:
+        """Documents ingested together are written in one transaction: each one's mentions of
+        the others' titles are linked, in both directions, as if ingested one at a time."""
+        kb = self.make_kb(tmp_path, HashEmbedder(128))
+        kb.add_documents(
+            [
+                Document(text="Ridgeline tents by Northgear.", source="a", title="Ridgeline"),
+                Document(text="Northgear makes the Ridgeline.", source="b", title="Northgear"),
+                Document(text="Tents are sold in Oslo.", source="c", title="Oslo"),
+                Document(text="Oslo stocks the Ridgeline.", source="c", title="Oslo"),
+            ]
+        )
+
+        def linked_titles(query: str) -> list[str]:
+            first = kb.search(query, mode="bm25", top_k=1)[0]
+            return sorted(c.metadata["title"] for c in kb.linked_chunks([first.id]))
+
+        assert linked_titles("Ridgeline tents") == ["Northgear"]
+        assert linked_titles("makes") == ["Ridgeline"]
+        assert linked_titles("stocks") == ["Ridgeline"]  # the second text of source c stands
+        assert kb.stats().documents == 3
+        kb.close()
+
 
 class _TopicEmbedder:
     """Vectors by topic: texts about retries point one way, options another, any other text a

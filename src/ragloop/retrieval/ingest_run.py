@@ -48,9 +48,10 @@ from ragloop.retrieval.store import (
 logger = logging.getLogger("ragloop")
 
 ProgressCallback = Callable[[IngestProgress], None]
-WRITE_BATCH = 256  # chunks read before they are written (a transaction per document)
+WRITE_BATCH = 1024  # chunks read before they are written, in one transaction
 EMBED_WINDOW = 1024  # chunks without a vector fetched at once, then sorted by length
-EMBED_BATCH = 64  # chunks embedded, stored and reported together
+EMBED_BATCH = 64  # chunks embedded and reported together
+STORE_EVERY_S = 0.5  # an interrupted run loses at most this much embedding
 
 
 class Item(Protocol):
@@ -139,7 +140,7 @@ class Progress:
             done, total = state.chunks_embedded, state.chunks_to_embed
         rate = done / spent if spent > 0 and done else 0.0
         state.rate = rate
-        state.eta_s = (total - done) / rate if rate else None
+        state.eta_s = (total - done) / rate if rate and total >= done else None
         state.elapsed_s = now - self.started
         self.state = state
         if self.callback is not None:
@@ -174,15 +175,19 @@ def store_text(
     report: IngestReport,
     progress: Progress,
 ) -> None:
-    """Phase one: read, chunk and store what changed (a transaction per document). Vectors
-    of ``cached_model`` already in the embedding cache are attached on the way."""
+    """Phase one: read, chunk and store what changed (a transaction per ``WRITE_BATCH``
+    chunks). Vectors of ``cached_model`` already in the embedding cache are attached on the
+    way."""
     known = {doc.source: doc for doc in store.documents(collection)}
     # the names of the stored documents, read when the first changed document is written (an
     # unchanged folder never needs them; loading them was most of its re-ingest)
     names = _LinkNames(store) if link_titles else None
     pending: list[_Prepared] = []
-    for done, item in enumerate(items):
-        progress.update(files_done=done, source=item.source)
+    pending_sources: set[str] = set()
+    pending_chunks = 0
+    count = 0  # items seen (``files_total`` is 0 when the caller could not count them)
+    for count, item in enumerate(items, 1):
+        progress.update(files_done=count - 1, source=item.source)
         stored = known.get(item.source)
         if stored is not None and unchanged_by_fingerprint(stored, item, signature):
             report.unchanged += 1
@@ -225,12 +230,17 @@ def store_text(
             if stored is not None:  # its earlier version no longer stands
                 report.removed += store.delete_document(item.source, collection)
             continue
-        pending.append(prepared)
-        if sum(len(p.chunks) for p in pending) >= WRITE_BATCH:
+        if item.source in pending_sources:  # the same source again: write the first one
             _write(store, pending, names, cached_model, report, progress)
-            pending = []
+            pending, pending_sources, pending_chunks = [], set(), 0
+        pending.append(prepared)
+        pending_sources.add(item.source)
+        pending_chunks += len(prepared.chunks)
+        if pending_chunks >= WRITE_BATCH:
+            _write(store, pending, names, cached_model, report, progress)
+            pending, pending_sources, pending_chunks = [], set(), 0
     _write(store, pending, names, cached_model, report, progress)
-    progress.update(files_done=progress.state.files_total, source="")
+    progress.update(files_done=max(progress.state.files_total, count), source="")
 
 
 def _prepare(
@@ -276,25 +286,43 @@ def _write(
         cached = store.cached_vectors(cached_model, [c.text_hash for c in chunks])
         for chunk in chunks:
             chunk.vector = cached.get(chunk.text_hash)
+    documents = [(p.doc, p.chunks) for p in pending]
+    links = _batch_links(store, pending, names) if names is not None else []
+    replace_documents = getattr(store, "replace_documents", None)
+    if replace_documents is not None:
+        replace_documents(documents, links)
+    else:  # a store written before replace_documents: a transaction per document
+        for doc, chunks in documents:
+            store.replace_document(doc, chunks)
+        store.add_links(links)
     for prepared in pending:
-        doc_key = f"{prepared.doc.collection}\0{prepared.doc.source}"
-        links: list[Link] = []
-        if names is not None:
-            names.discard(doc_key)  # a replaced document's names pointed at its old chunks
-            for chunk in prepared.chunks:
-                for target, mention in names.mentions(chunk.content, doc_key):
-                    links.append(Link(chunk.id, target, mention))
-            links = canonical([*links, *reverse_links(store, prepared.names)])
-        store.replace_document(prepared.doc, prepared.chunks, links)
-        if names is not None:
-            for name, target, key in prepared.names:
-                names.add(name, target, key)
         report.chunks_added += len(prepared.chunks)
         if prepared.replaced:
             report.updated += 1
         else:
             report.added += 1
     progress.update(chunks_stored=report.chunks_added)
+
+
+def _batch_links(store: Store, pending: list[_Prepared], names: NameIndex) -> list[Link]:
+    """The links of documents written together: their chunks' mentions of names stored
+    before (``names``) and of each other's names, and stored chunks' mentions of their names.
+    ``names`` then holds the batch's names."""
+    keys = [f"{p.doc.collection}\0{p.doc.source}" for p in pending]
+    for doc_key in keys:
+        names.discard(doc_key)  # a replaced document's names pointed at its old chunks
+    batch = NameIndex.from_targets(name for p in pending for name in p.names)
+    links: list[Link] = []
+    for prepared, doc_key in zip(pending, keys, strict=True):
+        for chunk in prepared.chunks:
+            for index in (names, batch):
+                for target, mention in index.mentions(chunk.content, doc_key):
+                    links.append(Link(chunk.id, target, mention))
+        links += reverse_links(store, prepared.names)
+    for prepared in pending:
+        for name, target, key in prepared.names:
+            names.add(name, target, key)
+    return canonical(links)
 
 
 class _LinkNames:
@@ -311,21 +339,36 @@ class _LinkNames:
 
 
 def embed_missing(store: Store, embedder: Embedder, progress: Progress) -> int:
-    """Phase two: embed every chunk without a vector, ``EMBED_BATCH`` at a time, each batch
-    stored as it is done. Returns how many texts were embedded."""
+    """Phase two: embed every chunk without a vector, ``EMBED_BATCH`` at a time. What is done
+    is stored every ``STORE_EVERY_S`` seconds, at the end of each window and when the run is
+    interrupted (a commit per batch cost more than embedding it with a fast embedder).
+    Returns how many texts were embedded."""
     model = embedder.model_id
     total = store.count_missing_vectors(model)
     progress.phase("embedding", chunks_to_embed=total, chunks_embedded=0)
     done = 0
-    while window := store.missing_vectors(model, EMBED_WINDOW):
-        window.sort(key=lambda item: len(item[1]))
-        for start in range(0, len(window), EMBED_BATCH):
-            batch = window[start : start + EMBED_BATCH]
-            vectors = embedder.embed([text for _, text in batch])
-            check_vectors(vectors, len(batch), embedder.dimension)
-            store.add_vectors(model, {h: v for (h, _), v in zip(batch, vectors, strict=True)})
-            done += len(batch)
-            progress.update(chunks_embedded=done, chunks_to_embed=max(total, done))
+    pending: dict[str, Sequence[float]] = {}
+    try:
+        while window := store.missing_vectors(model, EMBED_WINDOW):
+            window.sort(key=lambda item: len(item[1]))
+            stored_at = time.perf_counter()
+            for start in range(0, len(window), EMBED_BATCH):
+                batch = window[start : start + EMBED_BATCH]
+                vectors = embedder.embed([text for _, text in batch])
+                check_vectors(vectors, len(batch), embedder.dimension)
+                pending.update(zip((h for h, _ in batch), vectors, strict=True))
+                if time.perf_counter() - stored_at >= STORE_EVERY_S:
+                    store.add_vectors(model, pending)
+                    pending, stored_at = {}, time.perf_counter()
+                done += len(batch)
+                progress.update(chunks_embedded=done, chunks_to_embed=max(total, done))
+            store.add_vectors(model, pending)
+            pending = {}
+    except StoreError:
+        raise
+    except BaseException:  # interrupted (Ctrl-C, a failing embedder): keep what was embedded
+        store.add_vectors(model, pending)
+        raise
     return done
 
 

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -251,12 +251,13 @@ class KnowledgeBase:
         on_progress: ProgressCallback | None = None,
         vectors: VectorsWhen = "now",
     ) -> IngestReport:
-        """Ingest documents given as text (same chunking, hashing and embedding as files)."""
-        docs = list(documents)
+        """Ingest documents given as text (same chunking, hashing and embedding as files).
+        ``documents`` may be a generator: they are read one at a time, never held together
+        (progress then counts them without a total)."""
         report = IngestReport()
 
         def items() -> Iterable[Item]:
-            for document in docs:
+            for document in documents:
                 if not document.text.strip():
                     report.skipped.append((document.source, "empty document"))
                     continue
@@ -266,7 +267,8 @@ class KnowledgeBase:
                     document.source, digest, partial(_parse_text, document), document.metadata
                 )
 
-        self._ingest(items(), len(docs), collection, report, on_progress, vectors)
+        total = len(documents) if isinstance(documents, Sized) else 0
+        self._ingest(items(), total, collection, report, on_progress, vectors)
         return report
 
     def _ingest(

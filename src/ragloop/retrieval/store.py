@@ -153,6 +153,10 @@ class Link:
 class Store(Protocol):
     """Persistence and search for a knowledge base. Writes of one document are atomic.
 
+    A store may also offer ``replace_documents(documents, links)``: several (document, chunks)
+    replaced in one transaction, then the links given added between the chunks stored at its
+    end (a commit costs more than a document's rows). Ingestion uses it when present.
+
     A store may also offer ``hybrid_search(query, vector, top_k, scope, *, depth, k,
     weights)``: keyword and vector search fused by reciprocal rank fusion
     (:func:`ragloop.retrieval.fusion.fuse`) before any row is read. The knowledge base uses it

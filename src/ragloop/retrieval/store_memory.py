@@ -53,18 +53,24 @@ class InMemoryStore:
     def replace_document(
         self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
     ) -> list[str]:
-        with self._lock:
-            self.delete_document(doc.source, doc.collection)
-            postings = [self._postings(c.index_text) for c in chunks]
-            self._docs[(doc.collection, doc.source)] = _Stored(doc, list(chunks), postings)
-            self._index = None
-            if self._model is not None:
-                for chunk in chunks:
-                    if chunk.vector is not None:
-                        key = (self._model[0], chunk.text_hash)
-                        self._vectors.setdefault(key, np.asarray(chunk.vector).tolist())
-            self.add_links(links)
+        self.replace_documents([(doc, chunks)], links)
         return [c.id for c in chunks]
+
+    def replace_documents(
+        self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
+    ) -> None:
+        with self._lock:
+            for doc, chunks in documents:
+                self.delete_document(doc.source, doc.collection)
+                postings = [self._postings(c.index_text) for c in chunks]
+                self._docs[(doc.collection, doc.source)] = _Stored(doc, list(chunks), postings)
+                self._index = None
+                if self._model is not None:
+                    for chunk in chunks:
+                        if chunk.vector is not None:
+                            key = (self._model[0], chunk.text_hash)
+                            self._vectors.setdefault(key, np.asarray(chunk.vector).tolist())
+            self.add_links(links)
 
     def delete_document(self, source: str, collection: str | None = None) -> int:
         with self._lock:

@@ -5,9 +5,9 @@ graph in one schema of a PostgreSQL (>= 13) database with pgvector (>= 0.5).
 fusion, the retriever) over a :class:`PostgresStore`. Connections come from a psycopg 3 pool,
 one per thread at a time, checked before use so a restarted server is reconnected to.
 
-- Writes: one transaction per document, serialised per source by an advisory lock, retried on
-  deadlock; the chunks' vectors also go into the embedding cache (``embeddings``, keyed by model
-  id and text hash). Numbered migrations are recorded in ``_ragloop_migrations``.
+- Writes: one transaction per batch of documents, serialised per source by an advisory lock,
+  retried on deadlock; the chunks' vectors also go into the embedding cache (``embeddings``,
+  keyed by model id and text hash). Numbered migrations are recorded in ``_ragloop_migrations``.
 - Keyword search: BM25 in SQL (k1 1.2, b 0.75 and the idf of FTS5, as the other stores) over
   a postings table filled from each chunk's ``to_tsvector('english')`` (Snowball stemming,
   stopwords dropped); a GIN index on the tsvector serves phrase lookups. Document frequencies
@@ -205,59 +205,74 @@ class PostgresStore:
         self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
     ) -> list[str]:
         """Replace a document, its chunks, vectors and the links given, in one transaction."""
+        self.replace_documents([(doc, chunks)], links)
+        return [c.id for c in chunks]
+
+    def replace_documents(
+        self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
+    ) -> None:
+        """Replace documents in one transaction, then add the links given."""
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-            removed = self._delete(conn, doc.source, doc.collection)[1:]
-            row = conn.execute(
-                "INSERT INTO documents (collection, source, title, content_hash, metadata) "
-                "VALUES (%s, %s, %s, %s, %s) RETURNING id",
-                (
-                    doc.collection,
-                    _text(doc.source),
-                    _text(doc.title),
-                    doc.content_hash,
-                    _json(doc.metadata),
-                ),
-            ).fetchone()
-            assert row is not None
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    INSERT_CHUNK,
-                    [
-                        (
-                            chunk.id,
-                            row[0],
-                            doc.collection,
-                            chunk.position,
-                            _text(chunk.content),
-                            _json(chunk.heading_path),
-                            chunk.text_hash,
-                            _json(chunk.metadata),
-                            None if chunk.vector is None else [float(x) for x in chunk.vector],
-                            _text(chunk.index_text),
-                        )
-                        for chunk in chunks
-                    ],
-                )
-            conn.execute(INSERT_POSTINGS, (row[0],))
-            model = _model(conn)
-            if model is not None and any(chunk.vector is not None for chunk in chunks):
-                conn.execute(
-                    "INSERT INTO embeddings (model_id, text_hash, embedding) "
-                    "SELECT %s, text_hash, embedding FROM chunks "
-                    "WHERE document_id = %s AND embedding IS NOT NULL ON CONFLICT DO NOTHING",
-                    (model[0], row[0]),
-                )
+            for doc, chunks in documents:
+                self._replace(conn, doc, chunks)
             self._insert_links(conn, links)
-            added = conn.execute(
-                "SELECT count(*), coalesce(sum(n_terms), 0) FROM chunks WHERE document_id = %s",
-                (row[0],),
-            ).fetchone()
-            assert added is not None
-            _count(conn, added[0] - removed[0], added[1] - removed[1])
 
         self._write(work)
-        return [c.id for c in chunks]
+
+    def _replace(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        doc: DocumentRecord,
+        chunks: list[ChunkRecord],
+    ) -> None:
+        removed = self._delete(conn, doc.source, doc.collection)[1:]
+        row = conn.execute(
+            "INSERT INTO documents (collection, source, title, content_hash, metadata) "
+            "VALUES (%s, %s, %s, %s, %s) RETURNING id",
+            (
+                doc.collection,
+                _text(doc.source),
+                _text(doc.title),
+                doc.content_hash,
+                _json(doc.metadata),
+            ),
+        ).fetchone()
+        assert row is not None
+        with conn.cursor() as cursor:
+            cursor.executemany(
+                INSERT_CHUNK,
+                [
+                    (
+                        chunk.id,
+                        row[0],
+                        doc.collection,
+                        chunk.position,
+                        _text(chunk.content),
+                        _json(chunk.heading_path),
+                        chunk.text_hash,
+                        _json(chunk.metadata),
+                        None if chunk.vector is None else [float(x) for x in chunk.vector],
+                        _text(chunk.index_text),
+                    )
+                    for chunk in chunks
+                ],
+            )
+        conn.execute(INSERT_POSTINGS, (row[0],))
+        model = _model(conn)
+        if model is not None and any(chunk.vector is not None for chunk in chunks):
+            conn.execute(
+                "INSERT INTO embeddings (model_id, text_hash, embedding) "
+                "SELECT %s, text_hash, embedding FROM chunks "
+                "WHERE document_id = %s AND embedding IS NOT NULL ON CONFLICT DO NOTHING",
+                (model[0], row[0]),
+            )
+        added = conn.execute(
+            "SELECT count(*), coalesce(sum(n_terms), 0) FROM chunks WHERE document_id = %s",
+            (row[0],),
+        ).fetchone()
+        assert added is not None
+        _count(conn, added[0] - removed[0], added[1] - removed[1])
 
     def _delete(
         self, conn: psycopg.Connection[tuple[Any, ...]], source: str, collection: str | None

@@ -2,7 +2,7 @@
 the link graph.
 
 SQLite done properly: WAL journal (readers never block the writer), a busy timeout, foreign keys
-on, one ``BEGIN IMMEDIATE`` transaction per document, numbered migrations recorded in
+on, one ``BEGIN IMMEDIATE`` transaction per batch of documents, numbered migrations recorded in
 ``_ragloop_migrations`` (applied under the write lock, so processes opening a new file at once
 do not race; a file of a newer schema is refused). Vectors are float32 blobs keyed by (model id,
 text hash), which makes the table the embedding cache too. Exact vector search runs in numpy
@@ -36,7 +36,18 @@ import numpy.typing as npt
 
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
-from ragloop.retrieval.bm25 import BM25Index, analyze, pack, term_frequencies, unpack
+from ragloop.retrieval import ann
+from ragloop.retrieval.ann import ApproximateIndex
+from ragloop.retrieval.bm25 import (
+    BM25Index,
+    PostingsBlock,
+    analyze,
+    batch_term_frequencies,
+    block,
+    pack,
+    term_frequencies,
+    unpack,
+)
 from ragloop.retrieval.exact import exact_hits, exact_terms, term_patterns
 from ragloop.retrieval.fusion import fuse
 from ragloop.retrieval.store import (
@@ -105,6 +116,23 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE TABLE vocabulary (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
         """,
     ),
+    (
+        3,
+        # vectors in a rowid table: a WITHOUT ROWID row holds at most about 1 KB in its page,
+        # so every 1.5 KB vector spilled into an overflow page of its own (4.9 KB a vector on
+        # disk, 2.1 KB now)
+        """
+        CREATE TABLE vectors_by_rowid (
+            model_id TEXT NOT NULL,
+            text_hash TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            UNIQUE (model_id, text_hash)
+        );
+        INSERT INTO vectors_by_rowid SELECT model_id, text_hash, vector FROM vectors;
+        DROP TABLE vectors;
+        ALTER TABLE vectors_by_rowid RENAME TO vectors;
+        """,
+    ),
 ]
 
 # Columns that filters may name directly; any other key is looked up in the chunk's metadata,
@@ -120,7 +148,7 @@ _CHUNK_COLUMNS = (
     "c.pk, c.id, c.position, c.content, c.heading_path, c.metadata, "
     "d.collection, d.source, d.title, d.metadata"
 )
-MMAP_BYTES = 1 << 30  # address space, not memory: pages load on demand
+BLOCK = 8192  # rows read at a time when an index is loaded
 
 _SELECT_CHUNKS = f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id"
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -150,10 +178,38 @@ def _guarded(
 
 
 @dataclass
+class _Rows:
+    """Which chunk each position of an index holds: its row pk and its collection (as a
+    number into ``names``: one int32 a chunk, whatever the name's length)."""
+
+    pks: npt.NDArray[np.int64]
+    collections: npt.NDArray[np.int32]
+    names: list[str]
+
+    @classmethod
+    def read(cls, parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]],
+             names: dict[str, int]) -> _Rows:  # fmt: skip
+        if not parts:
+            return cls(np.zeros(0, np.int64), np.zeros(0, np.int32), list(names))
+        pks, collections = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+        return cls(pks, collections, list(names))
+
+
+def _row_block(
+    rows: list[Any], names: dict[str, int]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """The pks and collection numbers of rows that start (pk, collection, ...)."""
+    pks = np.fromiter((row[0] for row in rows), dtype=np.int64, count=len(rows))
+    codes = np.fromiter(
+        (names.setdefault(row[1], len(names)) for row in rows), dtype=np.int32, count=len(rows)
+    )
+    return pks, codes
+
+
+@dataclass
 class _KeywordIndex:
     generation: int
-    pks: npt.NDArray[np.int64]
-    collections: npt.NDArray[np.str_]
+    rows: _Rows
     bm25: BM25Index
 
 
@@ -161,11 +217,11 @@ class _KeywordIndex:
 class _DenseIndex:
     generation: str
     model_id: str
-    pks: npt.NDArray[np.int64]
-    collections: npt.NDArray[np.str_]
+    rows: _Rows
     # (dimension, chunks), one column per chunk: ``query @ columns`` runs 2 to 3 times faster
     # than ``rows @ query`` here (BLAS walks contiguous memory in that layout)
     columns: npt.NDArray[np.float32]
+    approximate: ApproximateIndex | None = None  # above ann.MIN_VECTORS, with usearch
 
 
 class SQLiteStore:
@@ -181,6 +237,8 @@ class SQLiteStore:
         self._keyword: _KeywordIndex | None = None
         self._vocabulary: dict[str, int] = {}
         self._new_terms: list[str] | None = None  # cached in the open write transaction
+        self._missing_after: dict[str, int] = {}  # where missing_vectors goes on, by model
+        self._dense_lock = threading.Lock()
         self._closed = False
         self.read_only = False
         self._uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}"
@@ -234,9 +292,9 @@ class SQLiteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout_s * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA synchronous = NORMAL")
-            # reads through a memory map skip a copy per page: a search fetches its chunks
-            # from pages scattered over the file (about a third of a bm25 query's time at 100k)
-            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+            # no memory map: loading the indexes reads the whole file, and every page read
+            # through a map stays in the process's resident memory (700 MB at 100k chunks)
+            # for a gain of 0.04 ms a search
             self._local.conn = conn
             with self._lock:
                 self._connections.append(conn)
@@ -403,48 +461,82 @@ class SQLiteStore:
         self, doc: DocumentRecord, chunks: list[ChunkRecord], links: Sequence[Link] = ()
     ) -> list[str]:
         """Replace a document, its chunks, vectors and the links given, in one transaction."""
-        with self._write() as conn:
-            self._delete(conn, doc.source, doc.collection)
-            cursor = conn.execute(
-                "INSERT INTO documents (collection, source, title, content_hash, metadata, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    doc.collection,
-                    doc.source,
-                    doc.title,
-                    doc.content_hash,
-                    json.dumps(doc.metadata),
-                    datetime.now(UTC).isoformat(),
-                ),
-            )
-            document_id = cursor.lastrowid
-            model = self._model(conn)
-            for chunk in chunks:
-                cursor = conn.execute(
-                    "INSERT INTO chunks (id, document_id, position, content, heading_path, "
-                    "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        chunk.id,
-                        document_id,
-                        chunk.position,
-                        chunk.content,
-                        json.dumps(chunk.heading_path),
-                        chunk.text_hash,
-                        json.dumps(chunk.metadata),
-                        self._pack(conn, chunk.index_text),
-                    ),
-                )
-                conn.execute(
-                    "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
-                    (cursor.lastrowid, chunk.index_text),
-                )
-                if chunk.vector is not None and model is not None:
-                    conn.execute(
-                        "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
-                        (model[0], chunk.text_hash, _blob(chunk.vector)),
-                    )
-            self._insert_links(conn, links)
+        self.replace_documents([(doc, chunks)], links)
         return [c.id for c in chunks]
+
+    @_guarded
+    def replace_documents(
+        self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
+    ) -> None:
+        """Replace documents in one transaction (a commit costs more than a document's rows),
+        then add the links given. Rows go in by ``executemany``, the vocabulary ids of the
+        whole batch are looked up at once."""
+        with self._write() as conn:
+            model = self._model(conn)
+            counts = batch_term_frequencies(
+                [c.index_text for _, chunks in documents for c in chunks]
+            )
+            ids = self._term_ids(conn, (term for found in counts for term in found), add=True)
+            packed = iter([pack({ids[t]: n for t, n in found.items()}) for found in counts])
+            for doc, chunks in documents:
+                self._replace(conn, doc, chunks, model, packed)
+            self._insert_links(conn, links)
+
+    def _replace(
+        self,
+        conn: sqlite3.Connection,
+        doc: DocumentRecord,
+        chunks: list[ChunkRecord],
+        model: tuple[str, int] | None,
+        packed: Iterator[bytes],
+    ) -> None:
+        self._delete(conn, doc.source, doc.collection)
+        cursor = conn.execute(
+            "INSERT INTO documents (collection, source, title, content_hash, metadata, "
+            "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                doc.collection,
+                doc.source,
+                doc.title,
+                doc.content_hash,
+                json.dumps(doc.metadata),
+                datetime.now(UTC).isoformat(),
+            ),
+        )
+        document_id = cursor.lastrowid
+        # the row numbers SQLite would give, chosen here so the keyword rows go in together
+        (first,) = conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM chunks").fetchone()
+        conn.executemany(
+            "INSERT INTO chunks (pk, id, document_id, position, content, heading_path, "
+            "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    first + i,
+                    chunk.id,
+                    document_id,
+                    chunk.position,
+                    chunk.content,
+                    json.dumps(chunk.heading_path),
+                    chunk.text_hash,
+                    json.dumps(chunk.metadata),
+                    next(packed),
+                )
+                for i, chunk in enumerate(chunks)
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
+            [(first + i, chunk.index_text) for i, chunk in enumerate(chunks)],
+        )
+        if model is not None and any(chunk.vector is not None for chunk in chunks):
+            conn.executemany(
+                "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
+                [
+                    (model[0], chunk.text_hash, _blob(chunk.vector))
+                    for chunk in chunks
+                    if chunk.vector is not None
+                ],
+            )
 
     def _delete(self, conn: sqlite3.Connection, source: str, collection: str | None) -> int:
         where = "source = ?" + (" AND collection = ?" if collection is not None else "")
@@ -517,38 +609,44 @@ class SQLiteStore:
         return (" AND ".join(clauses), params)
 
     def _keyword_index(self) -> _KeywordIndex:
+        """The BM25 index, rebuilt when a write changed the file. Rows are read a block at a
+        time and kept as compact arrays, never as a list of every row."""
         generation = self._generation()
         index = self._keyword
         if index is not None and index.generation == generation:
             return index
         conn = self._conn()
-        rows = conn.execute(
-            "SELECT c.pk, d.collection, c.terms FROM chunks c "
-            "JOIN documents d ON d.id = c.document_id ORDER BY c.pk"
-        ).fetchall()
         vocabulary, words = conn.execute(
             "SELECT coalesce(max(id), 0) + 1, count(*) FROM vocabulary"
         ).fetchone()
         if vocabulary > 2 * words + 1024:  # ids are dense; a damaged one must not size arrays
             raise ValueError(f"vocabulary id {vocabulary - 1} for {words} words")
-        index = _KeywordIndex(
-            generation,
-            np.array([r[0] for r in rows], dtype=np.int64),
-            np.array([r[1] for r in rows], dtype=np.str_),
-            BM25Index.build([unpack(r[2]) for r in rows], vocabulary),
+        cursor = conn.execute(
+            "SELECT c.pk, d.collection, c.terms FROM chunks c "
+            "JOIN documents d ON d.id = c.document_id ORDER BY c.pk"
         )
+        parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
+        names: dict[str, int] = {}
+
+        def blocks() -> Iterator[PostingsBlock]:
+            while rows := cursor.fetchmany(BLOCK):
+                parts.append(_row_block(rows, names))
+                yield block([unpack(row[2]) for row in rows])
+
+        bm25 = BM25Index.from_blocks(blocks(), vocabulary)
+        index = _KeywordIndex(generation, _Rows.read(parts, names), bm25)
         self._keyword = index
         return index
 
-    def _scope_mask(
-        self, pks: npt.NDArray[np.int64], collections: npt.NDArray[np.str_], scope: Scope
-    ) -> npt.NDArray[np.bool_] | None:
+    def _scope_mask(self, rows: _Rows, scope: Scope) -> npt.NDArray[np.bool_] | None:
         """Which rows of an index the scope admits (None: all)."""
         if scope.collections is None and not scope.filters:
             return None
+        pks = rows.pks
         mask = np.ones(len(pks), dtype=bool)
         if scope.collections is not None:
-            mask &= np.isin(collections, list(scope.collections))
+            wanted = [code for code, name in enumerate(rows.names) if name in scope.collections]
+            mask &= np.isin(rows.collections, wanted)
         if scope.filters:
             where, params = self._scope_sql(scope)
             allowed = [
@@ -586,9 +684,9 @@ class SQLiteStore:
             return []
         index = self._keyword_index()
         ids = self._term_ids(self._conn(), terms, add=False)
-        mask = self._scope_mask(index.pks, index.collections, scope)
+        mask = self._scope_mask(index.rows, scope)
         hits = index.bm25.search([ids[t] for t in terms if t in ids], top_k, mask)
-        return [(int(index.pks[i]), score, raw) for i, score, raw in hits]
+        return [(int(index.rows.pks[i]), score, raw) for i, score, raw in hits]
 
     @_guarded
     def hybrid_search(
@@ -715,18 +813,36 @@ class SQLiteStore:
     @_guarded
     def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` (text hash, index text) of chunks that have no vector of
-        ``model_id``, each text once, in the order the chunks were stored."""
-        rows = self._conn().execute(
-            "SELECT c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
-            "JOIN documents d ON d.id = c.document_id WHERE NOT EXISTS (SELECT 1 FROM vectors v "
-            "WHERE v.model_id = ? AND v.text_hash = c.text_hash) ORDER BY c.pk LIMIT ?",
-            (model_id, limit),
-        )
+        ``model_id``, each text once, in the order the chunks were stored.
+
+        Each call goes on after the last row the previous one returned, so embedding a corpus
+        window by window reads it once (from the start each time, it was quadratic); only when
+        nothing is left after that row does it look again from the start, for rows stored
+        meanwhile under smaller row numbers."""
+        after = self._missing_after.get(model_id, 0)
+        rows = self._missing_rows(model_id, limit, after)
+        if not rows and after:
+            rows = self._missing_rows(model_id, limit, 0)
+        if rows:
+            self._missing_after[model_id] = rows[-1][0]
         found: dict[str, str] = {}
-        for text_hash, title, heading_path, content in rows:
+        for _, text_hash, title, heading_path, content in rows:
             if text_hash not in found:
                 found[text_hash] = index_text(title, _parse_json(heading_path), content)
         return list(found.items())
+
+    def _missing_rows(self, model_id: str, limit: int, after: int) -> list[Any]:
+        return (
+            self._conn()
+            .execute(
+                "SELECT c.pk, c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id WHERE c.pk > ? AND NOT EXISTS (SELECT 1 "
+                "FROM vectors v WHERE v.model_id = ? AND v.text_hash = c.text_hash) "
+                "ORDER BY c.pk LIMIT ?",
+                (after, model_id, limit),
+            )
+            .fetchall()
+        )
 
     @_guarded
     def count_missing_vectors(self, model_id: str) -> int:
@@ -775,29 +891,69 @@ class SQLiteStore:
         index = self._dense
         if index is not None and index.generation == generation and index.model_id == model[0]:
             return index
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT c.pk, d.collection, v.vector FROM chunks c "
-                "JOIN documents d ON d.id = c.document_id "
-                "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ? ORDER BY c.pk",
-                (model[0],),
+        with self._dense_lock:  # one thread loads (and builds the graph), the others wait
+            index = self._dense
+            if index is None or index.generation != generation or index.model_id != model[0]:
+                index = self._load_dense(model, generation)
+                self._dense = index
+            return index
+
+    def _load_dense(self, model: tuple[str, int], generation: str) -> _DenseIndex:
+        joined = (
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ?"
+        )
+        conn = self._conn()
+        with _snapshot(conn):  # the count and the rows from one state of the file
+            (count,) = conn.execute(f"SELECT count(*) {joined}", (model[0],)).fetchone()
+            # filled a block at a time: the matrix is the only copy of the vectors held
+            columns = np.empty((model[1], count), dtype=np.float32)
+            cursor = conn.execute(
+                f"SELECT c.pk, d.collection, v.vector {joined} ORDER BY c.pk", (model[0],)
             )
-            .fetchall()
-        )
-        matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
-        columns = np.ascontiguousarray(matrix.reshape(len(rows), model[1]).T)
-        if not np.isfinite(columns).all():  # a damaged blob: NaN scores would rank at random
-            raise ValueError("stored vectors hold values that are not finite numbers")
-        index = _DenseIndex(
-            generation,
-            model[0],
-            np.array([r[0] for r in rows], dtype=np.int64),
-            np.array([r[1] for r in rows], dtype=np.str_),
-            columns,
-        )
-        self._dense = index
+            parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
+            names: dict[str, int] = {}
+            filled = 0
+            while rows := cursor.fetchmany(BLOCK):
+                parts.append(_row_block(rows, names))
+                matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+                if not np.isfinite(matrix).all():  # a damaged blob: NaN would rank at random
+                    raise ValueError("stored vectors hold values that are not finite numbers")
+                columns[:, filled : filled + len(rows)] = matrix.reshape(len(rows), model[1]).T
+                filled += len(rows)
+        index = _DenseIndex(generation, model[0], _Rows.read(parts, names), columns)
+        index.approximate = self._approximate(index, self._dense)
         return index
+
+    def _approximate(
+        self, index: _DenseIndex, previous: _DenseIndex | None
+    ) -> ApproximateIndex | None:
+        """The HNSW graph of a large dense index (:mod:`ragloop.retrieval.ann`): the previous
+        one extended when chunks were only appended since, else the saved one, else built and
+        saved."""
+        if len(index.rows.pks) < ann.MIN_VECTORS or not ann.available():
+            return None
+        columns = index.columns
+        if previous is not None and previous.approximate is not None:
+            kept = len(previous.rows.pks)
+            if (
+                kept <= len(index.rows.pks)
+                and previous.columns.shape[0] == columns.shape[0]
+                and np.array_equal(previous.rows.pks, index.rows.pks[:kept])
+                and np.array_equal(previous.columns, columns[:, :kept])
+            ):
+                previous.approximate.extend(columns)
+                self._save_graph(previous.approximate, columns)
+                return previous.approximate
+        found = ApproximateIndex.load(self.path, columns)
+        if found is None:
+            found = ApproximateIndex.build(columns)
+            self._save_graph(found, columns)
+        return found
+
+    def _save_graph(self, graph: ApproximateIndex, columns: npt.NDArray[np.float32]) -> None:
+        if not self.read_only:
+            graph.save(self.path, columns)
 
     @_guarded
     def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
@@ -809,7 +965,7 @@ class SQLiteStore:
     ) -> list[tuple[int, float]]:
         """(row pk, cosine clipped to [0, 1]) of the ``top_k`` nearest rows, best first."""
         index = self._dense_index()
-        if index is None or scope.empty or top_k < 1 or not len(index.pks):
+        if index is None or scope.empty or top_k < 1 or not len(index.rows.pks):
             return []
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
@@ -818,14 +974,26 @@ class SQLiteStore:
                 f"query vector of shape {query.shape} and norm {norm}; the index holds "
                 f"{index.columns.shape[0]}-d vectors"
             )
-        scores = (query / norm) @ index.columns
-        mask = self._scope_mask(index.pks, index.collections, scope)
-        if mask is None:
-            top = _best(scores, top_k)
+        query = query / norm
+        mask = self._scope_mask(index.rows, scope)
+        if mask is None and index.approximate is not None:
+            # the graph's candidates, ranked by their exact scores
+            candidates = index.approximate.candidates(query, max(ann.CANDIDATES, 4 * top_k))
+            exact = query @ index.columns[:, candidates]
+            best = _best(exact, top_k)
+            top, found = candidates[best], exact[best]
         else:
-            candidates = np.flatnonzero(mask)
-            top = candidates[_best(scores[candidates], top_k)]
-        return [(int(index.pks[i]), float(min(1.0, max(0.0, scores[i])))) for i in top]
+            scores = query @ index.columns
+            if mask is None:
+                top = _best(scores, top_k)
+            else:
+                candidates = np.flatnonzero(mask)
+                top = candidates[_best(scores[candidates], top_k)]
+            found = scores[top]
+        return [
+            (int(index.rows.pks[i]), float(min(1.0, max(0.0, score))))
+            for i, score in zip(top, found, strict=True)
+        ]
 
     def _rows_by_pk(self, pks: list[int], scope: Scope) -> dict[int, tuple[Any, ...]]:
         where, params = self._scope_sql(scope)
@@ -926,6 +1094,19 @@ class SQLiteStore:
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+
+
+@contextmanager
+def _snapshot(conn: sqlite3.Connection) -> Iterator[None]:
+    """Reads that see one state of the file (a read transaction, unless one is open)."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
 
 
 def _not_writable(error: BaseException) -> bool:
