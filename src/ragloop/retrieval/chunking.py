@@ -264,9 +264,11 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
     emit()
     if len(out) > 1:
         tail, previous = out[-1], out[-2]
-        merged = chunk_size(previous.text) + chunk_size(tail.text)
-        fits = merged <= config.max_tokens + config.min_tokens
+        merged = f"{previous.text}\n\n{tail.text}"
+        # measured whole: the parts' sizes, each rounded down, can add up to less than it
+        limit = config.max_tokens + config.min_tokens
+        fits = chunk_size(merged) <= limit and len(merged) <= CHARS_PER_TOKEN * limit
         if chunk_size(tail.text) < config.min_tokens and fits and previous.meta == tail.meta:
-            previous.text = f"{previous.text}\n\n{tail.text}"
+            previous.text = merged
             out.pop()
     return out
