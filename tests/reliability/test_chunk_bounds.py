@@ -128,3 +128,11 @@ def test_property_every_chunk_is_bounded_and_nothing_is_lost(parts, max_tokens, 
     _bounded(chunks, config)
     for part in parts:
         assert _kept_in_order(part, chunks)
+
+
+def test_a_merged_tail_counts_its_separator():
+    """A 16-token piece and a 7-token tail merge (23 <= 16 + 8), but the joined text with its
+    paragraph separator is 300 characters: 25 tokens by length, over the bound."""
+    config = ChunkingConfig(max_tokens=16, overlap=4, min_tokens=8)
+    chunks = chunk_document(_doc(Block("text", "0" * 203), Block("text", "1" * 95)), config)
+    _bounded(chunks, config)

@@ -322,3 +322,20 @@ def test_the_ingest_decoder_parses_or_skips_any_bytes(tmp_path, data, prefix, su
 @given(llm_replies(["is_grounded", "is_complete", "score", "reason"]))
 def test_long_fuzz_of_the_json_extractor(reply):
     assert isinstance(parse_llm_json(reply, EvaluationResult), Parsed | ParseFailure)
+
+
+def test_a_score_too_large_for_a_float_is_no_score():
+    events = [
+        LoopEvent(engine="rag", kind=EventKind.RUN_STARTED, run_id="r"),
+        LoopEvent(
+            engine="rag",
+            kind=EventKind.ITERATION,
+            run_id="r",
+            iteration=1,
+            attributes={"score": 10**400, "queries": ["q"]},
+        ),
+    ]
+    record = TraceRecord.from_events(events, content=True)
+    steps = trace_steps(record)
+    assert [s.score for s in steps] == [None]
+    assert "<html" in render_html(record).lower()

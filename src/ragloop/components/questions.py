@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 from ragloop.components.text import code_names, content_terms, entity_phrases, stem, tokenize
 
-# A clause boundary: "?", ";", or a conjunction followed by a question word or an auxiliary.
 # Words that name the kind of information a question wants rather than its subject ("the
 # refund *policy*", "what *happens* when", "the *difference* between"): an answer gives the
 # policy without saying "policy", so a document that never uses one of these is not missing
@@ -44,6 +43,7 @@ def is_generic(word: str) -> bool:
     return word.lower() in GENERIC_WORDS
 
 
+# A clause boundary: "?", ";", or a conjunction followed by a question word or an auxiliary.
 CLAUSE_SPLIT = re.compile(
     r"\?\s+|;\s*|,?\s+(?:and|but|also|as well as)\s+(?=(?:what|which|who|whom|whose|when|where|"
     r"why|how|is|are|was|were|does|do|did|can|could|should|will|would|has|have)\b)",

@@ -436,7 +436,7 @@ def _read_step(steps: dict[int, TraceStep], event: LoopEvent, engine: str) -> Tr
     step.strategy = a.get("strategy") or step.strategy
     step.reasoning = a.get("reasoning") if isinstance(a.get("reasoning"), str) else None
     score = a.get("score")
-    step.score = float(score) if isinstance(score, int | float) else None
+    step.score = _number(score)
     step.reason = a.get("reason") if isinstance(a.get("reason"), str) else None
     if isinstance(a.get("answer"), str):
         step.answer = a["answer"]
@@ -486,3 +486,14 @@ def summarize(record: TraceRecord, steps: list[TraceStep] | None = None) -> RunS
     if best is not None and best.score is not None:
         detail += f"; best: iteration {best.number}, score {best.score:.2f}"
     return RunSummary(engine, stop, detail)
+
+
+def _number(value: object) -> float | None:
+    """A stored score as a float; None for what is not a number or does not fit one (a
+    corrupted or hand-written trace may hold anything)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None

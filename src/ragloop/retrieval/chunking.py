@@ -35,6 +35,7 @@ _UNSPACED = (
     "\u3100-\u312f\u3190-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
 )
 _MEASURE = re.compile(rf"[{_UNSPACED}]|[^\W{_UNSPACED}]+|[^\w\s]")
+SEPARATOR = "\n\n"  # between the paragraphs of a chunk
 CHARS_PER_TOKEN = 12  # longer runs count as more than one token (English averages about 5)
 
 
@@ -244,19 +245,22 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
     out: list[DraftChunk] = []
     parts: list[str] = []
     size = 0
+    chars = 0  # of the joined text: the separators count towards its length bound too
     meta: dict[str, Any] = {}
 
     def emit() -> None:
-        nonlocal parts, size, meta
+        nonlocal parts, size, chars, meta
         if parts:
-            out.append(DraftChunk("\n\n".join(parts), list(heading_path), meta=meta))
-        parts, size, meta = [], 0, {}
+            out.append(DraftChunk(SEPARATOR.join(parts), list(heading_path), meta=meta))
+        parts, size, chars, meta = [], 0, 0, {}
 
     for block in blocks:
         for piece, tokens in _block_pieces(block, config):
             page = block.meta.get("page")
-            if parts and (size + tokens > config.max_tokens or meta.get("page", page) != page):
+            joined = max(size + tokens, (chars + len(SEPARATOR) + len(piece)) // CHARS_PER_TOKEN)
+            if parts and (joined > config.max_tokens or meta.get("page", page) != page):
                 emit()
+            chars += (len(SEPARATOR) if parts else 0) + len(piece)
             parts.append(piece)
             size += tokens
             if page is not None:
@@ -264,11 +268,9 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
     emit()
     if len(out) > 1:
         tail, previous = out[-1], out[-2]
-        merged = f"{previous.text}\n\n{tail.text}"
-        # measured whole: the parts' sizes, each rounded down, can add up to less than it
-        limit = config.max_tokens + config.min_tokens
-        fits = chunk_size(merged) <= limit and len(merged) <= CHARS_PER_TOKEN * limit
+        merged = chunk_size(f"{previous.text}{SEPARATOR}{tail.text}")
+        fits = merged <= config.max_tokens + config.min_tokens
         if chunk_size(tail.text) < config.min_tokens and fits and previous.meta == tail.meta:
-            previous.text = merged
+            previous.text = f"{previous.text}{SEPARATOR}{tail.text}"
             out.pop()
     return out
