@@ -50,11 +50,15 @@ def test_eval_prints_tables_and_writes_json_and_chart(tmp_path):
 
 
 def test_eval_rejects_a_bad_setting_and_a_bad_dataset(tmp_path):
+    # a cache of its own: the default knowledge base lives in the user's cache, which other
+    # checkouts of ragloop on the machine share (and may have written with a newer schema)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     bad_setting = subprocess.run(
         [sys.executable, "-m", "ragloop", "eval", str(FIXTURES / "ircot.jsonl"), "--set", "oops"],
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert bad_setting.returncode == 2
     assert "KEY=VALUE" in bad_setting.stderr
@@ -64,6 +68,7 @@ def test_eval_rejects_a_bad_setting_and_a_bad_dataset(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
+        env=env,
     )
     assert bad_data.returncode == 1
     assert "unrecognised format" in bad_data.stderr
