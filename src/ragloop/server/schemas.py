@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ragloop.components.citations import Citation
 from ragloop.core.budget import Budget, BudgetSpend
 from ragloop.core.records import Chunk, Usage
 from ragloop.retrieval.knowledge_base import Document
@@ -74,15 +75,6 @@ class RetrieveRequest(_Request):
     top_k: int | None = Field(default=None, ge=1, le=100)
     budget: Budget | None = None
     stream: bool = False
-
-
-class Citation(BaseModel):
-    number: int
-    label: str
-    chunk_id: str | None = None
-    source: str
-    title: str | None = None
-    score: float | None = None
 
 
 class AskResponse(BaseModel):
