@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from ragloop import Document, KnowledgeBase
 from ragloop.cli import main as cli
 from ragloop.retrieval.store import StoreError
-from ragloop.retrieval.store_sqlite import SQLiteStore
+from ragloop.retrieval.store_sqlite import MIGRATIONS, SQLiteStore
 from tests.reliability.unprivileged import run_unprivileged, shared_tmp
 
 WORDS = [f"w{n:03d}{chr(97 + n % 26)}x" for n in range(400)]
@@ -228,7 +228,7 @@ def _race(tmp_path: Path, trials: int, processes: int = 3) -> list[str]:
         store.close()
         with sqlite3.connect(path) as conn:
             versions = sorted(v for (v,) in conn.execute("SELECT version FROM _ragloop_migrations"))
-        assert versions == [1, 2, 3]
+        assert versions == [version for version, _ in MIGRATIONS]
     found = []
     while not failures.empty():
         found.append(failures.get())

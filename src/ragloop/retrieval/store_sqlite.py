@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
-from ragloop.retrieval import ann
+from ragloop.retrieval import ann, saved_arrays
 from ragloop.retrieval.ann import ApproximateIndex
 from ragloop.retrieval.bm25 import (
     BM25Index,
@@ -133,7 +133,18 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE vectors_by_rowid RENAME TO vectors;
         """,
     ),
+    (
+        4,
+        # random tokens replaced by every write of text and of vectors: they name the indexes
+        # saved beside the file (ragloop.retrieval.saved_arrays), so an index saved for one
+        # state of the file is never read for another, not even for a copy written since
+        """
+        INSERT OR REPLACE INTO meta VALUES ('text_state', lower(hex(randomblob(8))));
+        INSERT OR REPLACE INTO meta VALUES ('vector_state', lower(hex(randomblob(8))));
+        """,
+    ),
 ]
+_NEW_STATE = "UPDATE meta SET value = lower(hex(randomblob(8))) WHERE key = ?"
 
 # Columns that filters may name directly; any other key is looked up in the chunk's metadata,
 # then the document's.
@@ -211,6 +222,18 @@ class _KeywordIndex:
     generation: int
     rows: _Rows
     bm25: BM25Index
+    saved: bool = False  # mapped from the file saved beside the knowledge base
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        bm25 = self.bm25
+        return {
+            "pks": self.rows.pks,
+            "collections": self.rows.collections,
+            "ptr": bm25.ptr,
+            "docs": bm25.docs,
+            "weights": bm25.weights,
+            "idfs": bm25.idfs,
+        }
 
 
 @dataclass
@@ -328,6 +351,7 @@ class SQLiteStore:
         with self._transaction(self._conn()) as conn:
             yield conn
             conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
+            conn.execute(_NEW_STATE, ("text_state",))
 
     def _failure(self, error: BaseException) -> StoreError:
         """The error to raise for what an operation hit in the file."""
@@ -609,13 +633,26 @@ class SQLiteStore:
         return (" AND ".join(clauses), params)
 
     def _keyword_index(self) -> _KeywordIndex:
-        """The BM25 index, rebuilt when a write changed the file. Rows are read a block at a
-        time and kept as compact arrays, never as a list of every row."""
+        """The BM25 index, rebuilt when a write changed the file: mapped from the file saved
+        beside the knowledge base for this state of it, else built from the rows and saved."""
         generation = self._generation()
         index = self._keyword
         if index is not None and index.generation == generation:
             return index
         conn = self._conn()
+        with _snapshot(conn):  # the state and the rows from one state of the file
+            generation = self._generation()
+            state = self._meta(conn, "text_state")
+            path = self._saved_path("keyword", state)
+            index = self._saved_keyword(path, generation) or self._build_keyword(conn, generation)
+        if not index.saved:
+            self._save(path, "keyword", index.arrays(), {"names": index.rows.names})
+        self._keyword = index
+        return index
+
+    def _build_keyword(self, conn: sqlite3.Connection, generation: int) -> _KeywordIndex:
+        """Rows are read a block at a time and kept as compact arrays, never as a list of
+        every row."""
         vocabulary, words = conn.execute(
             "SELECT coalesce(max(id), 0) + 1, count(*) FROM vocabulary"
         ).fetchone()
@@ -634,9 +671,51 @@ class SQLiteStore:
                 yield block([unpack(row[2]) for row in rows])
 
         bm25 = BM25Index.from_blocks(blocks(), vocabulary)
-        index = _KeywordIndex(generation, _Rows.read(parts, names), bm25)
-        self._keyword = index
-        return index
+        return _KeywordIndex(generation, _Rows.read(parts, names), bm25)
+
+    def _saved_keyword(self, path: Path | None, generation: int) -> _KeywordIndex | None:
+        saved = saved_arrays.load(path) if path else None
+        if saved is None:
+            return None
+        arrays, info = saved
+        try:
+            rows = _Rows(arrays["pks"], arrays["collections"], list(info["names"]))
+            bm25 = BM25Index(
+                len(rows.pks), arrays["ptr"], arrays["docs"], arrays["weights"], arrays["idfs"]
+            )
+            consistent = (
+                len(rows.collections) == len(rows.pks)
+                and len(bm25.ptr) == len(bm25.idfs) + 1
+                and int(bm25.ptr[-1]) == len(bm25.docs) == len(bm25.weights)
+            )
+        except (KeyError, TypeError, IndexError):
+            consistent = False
+        if not consistent:
+            return None
+        return _KeywordIndex(generation, rows, bm25, saved=True)
+
+    def _meta(self, conn: sqlite3.Connection, key: str) -> str | None:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def _saved_path(self, kind: str, state: str | None) -> Path | None:
+        """Where the index of ``kind`` for this state of the file is saved (None: a file
+        without state tokens, which only an older ragloop wrote)."""
+        if state is None:
+            return None
+        return self.path.with_name(f"{self.path.name}-{kind}-{state}.arrays")
+
+    def _save(
+        self,
+        path: Path | None,
+        kind: str,
+        arrays: dict[str, npt.NDArray[Any]],
+        info: dict[str, Any],
+    ) -> None:
+        if path is None or self.read_only:
+            return
+        if saved_arrays.save(path, arrays, info):
+            saved_arrays.remove_others(path, f"{self.path.name}-{kind}-*.arrays")
 
     def _scope_mask(self, rows: _Rows, scope: Scope) -> npt.NDArray[np.bool_] | None:
         """Which rows of an index the scope admits (None: all)."""
@@ -873,6 +952,7 @@ class SQLiteStore:
                 "INSERT INTO meta VALUES ('vectors', '1') "
                 "ON CONFLICT (key) DO UPDATE SET value = value + 1"
             )
+            conn.execute(_NEW_STATE, ("vector_state",))
 
     def _dense_generation(self) -> str:
         """Changes when chunks are written and when vectors are added."""
@@ -899,31 +979,71 @@ class SQLiteStore:
             return index
 
     def _load_dense(self, model: tuple[str, int], generation: str) -> _DenseIndex:
+        """The vectors as columns: mapped from the file saved beside the knowledge base for
+        this state of it and this model, else read from the rows and saved."""
+        conn = self._conn()
+        with _snapshot(conn):  # the state and the rows from one state of the file
+            texts, vectors = self._meta(conn, "text_state"), self._meta(conn, "vector_state")
+            path = self._saved_path("dense", f"{texts}-{vectors}" if texts and vectors else None)
+            index = self._saved_dense(path, model, generation)
+            if index is None:
+                index = self._read_dense(conn, model, generation)
+                rows = index.rows
+                arrays: dict[str, npt.NDArray[Any]] = {
+                    "pks": rows.pks,
+                    "collections": rows.collections,
+                    "columns": index.columns,
+                }
+                self._save(path, "dense", arrays, {"names": rows.names, "model_id": model[0]})
+        index.approximate = self._approximate(index, self._dense)
+        return index
+
+    def _read_dense(
+        self, conn: sqlite3.Connection, model: tuple[str, int], generation: str
+    ) -> _DenseIndex:
         joined = (
             "FROM chunks c JOIN documents d ON d.id = c.document_id "
             "JOIN vectors v ON v.text_hash = c.text_hash AND v.model_id = ?"
         )
-        conn = self._conn()
-        with _snapshot(conn):  # the count and the rows from one state of the file
-            (count,) = conn.execute(f"SELECT count(*) {joined}", (model[0],)).fetchone()
-            # filled a block at a time: the matrix is the only copy of the vectors held
-            columns = np.empty((model[1], count), dtype=np.float32)
-            cursor = conn.execute(
-                f"SELECT c.pk, d.collection, v.vector {joined} ORDER BY c.pk", (model[0],)
+        (count,) = conn.execute(f"SELECT count(*) {joined}", (model[0],)).fetchone()
+        # filled a block at a time: the matrix is the only copy of the vectors held
+        columns = np.empty((model[1], count), dtype=np.float32)
+        cursor = conn.execute(
+            f"SELECT c.pk, d.collection, v.vector {joined} ORDER BY c.pk", (model[0],)
+        )
+        parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
+        names: dict[str, int] = {}
+        filled = 0
+        while rows := cursor.fetchmany(BLOCK):
+            parts.append(_row_block(rows, names))
+            matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
+            if not np.isfinite(matrix).all():  # a damaged blob: NaN would rank at random
+                raise ValueError("stored vectors hold values that are not finite numbers")
+            columns[:, filled : filled + len(rows)] = matrix.reshape(len(rows), model[1]).T
+            filled += len(rows)
+        return _DenseIndex(generation, model[0], _Rows.read(parts, names), columns)
+
+    def _saved_dense(
+        self, path: Path | None, model: tuple[str, int], generation: str
+    ) -> _DenseIndex | None:
+        saved = saved_arrays.load(path) if path else None
+        if saved is None:
+            return None
+        arrays, info = saved
+        try:
+            rows = _Rows(arrays["pks"], arrays["collections"], list(info["names"]))
+            columns = arrays["columns"]
+            consistent = (
+                info["model_id"] == model[0]
+                and columns.dtype == np.float32
+                and columns.shape == (model[1], len(rows.pks))
+                and len(rows.collections) == len(rows.pks)
             )
-            parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]] = []
-            names: dict[str, int] = {}
-            filled = 0
-            while rows := cursor.fetchmany(BLOCK):
-                parts.append(_row_block(rows, names))
-                matrix = np.frombuffer(b"".join(row[2] for row in rows), dtype=np.float32)
-                if not np.isfinite(matrix).all():  # a damaged blob: NaN would rank at random
-                    raise ValueError("stored vectors hold values that are not finite numbers")
-                columns[:, filled : filled + len(rows)] = matrix.reshape(len(rows), model[1]).T
-                filled += len(rows)
-        index = _DenseIndex(generation, model[0], _Rows.read(parts, names), columns)
-        index.approximate = self._approximate(index, self._dense)
-        return index
+        except (KeyError, TypeError):
+            consistent = False
+        if not consistent:
+            return None
+        return _DenseIndex(generation, model[0], rows, columns)
 
     def _approximate(
         self, index: _DenseIndex, previous: _DenseIndex | None
