@@ -93,3 +93,23 @@ def test_the_search_command_imports_only_what_a_search_needs():
     }
     assert loaded & unneeded == set()
     assert "ragloop.retrieval.knowledge_base" in loaded
+
+
+def _program(argv: list[str], before: str = "") -> subprocess.CompletedProcess[str]:
+    argv = ["ragloop", *argv]
+    code = f"import sys\n{before}\nsys.argv = {argv!r}\nfrom ragloop.cli import run\nrun()"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_the_program_exits_with_the_commands_status_after_exit_handlers_ran():
+    handler = "import atexit\natexit.register(lambda: print('handler ran', flush=True))"
+    done = _program(["--version"], handler)
+    assert done.returncode == 0
+    assert "ragloop" in done.stdout
+    assert done.stdout.strip().endswith("handler ran")  # after the output, as at a normal exit
+    missing = _program(["search"])  # no QUERY: click's usage error
+    assert missing.returncode == 2
+    assert "Missing argument" in missing.stderr
+    nowhere = _program(["search", "tent", "--kb", "/nonexistent/kb.sqlite"])
+    assert nowhere.returncode == 1
+    assert "no knowledge base" in nowhere.stderr

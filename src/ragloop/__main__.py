@@ -1,5 +1,5 @@
 """``python -m ragloop`` is ``ragloop``."""
 
-from ragloop.cli import main
+from ragloop.cli import run
 
-main()
+run()
