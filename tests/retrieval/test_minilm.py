@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ragloop.core.errors import ConfigError
-from ragloop.retrieval.embedders import MiniLMEmbedder
+from ragloop.retrieval.embedders import OPTIMISE_AFTER, MiniLMEmbedder
 
 TEXTS = [
     "lru_cache",
@@ -61,3 +61,15 @@ def test_the_first_word_pieces_are_read():
 def test_bad_settings_are_refused(options):
     with pytest.raises(ConfigError):
         MiniLMEmbedder(**options)
+
+
+def test_a_long_lived_process_switches_to_the_optimised_session_with_the_same_vectors():
+    embedder = MiniLMEmbedder(threads=1)
+    first = embedder._session
+    before = np.asarray(embedder.embed(TEXTS[:6]))
+    assert embedder._optimising is None  # a one-off search never pays for the rewrites
+    for _ in range(OPTIMISE_AFTER):
+        embedder.embed(["lru_cache maxsize"])
+    embedder._optimising.join(timeout=120)
+    assert embedder._session is not first
+    assert np.allclose(np.asarray(embedder.embed(TEXTS[:6])), before, atol=1e-5)
