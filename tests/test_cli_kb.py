@@ -120,11 +120,13 @@ def test_version_and_help():
 
 
 def test_ingest_text_now_and_embed_later(kb_env):
-    _tmp_path, docs, env = kb_env
+    tmp_path, docs, env = kb_env
     ingest = ragloop("ingest", str(docs), "--embedder", "hash", "--vectors", "later", env=env)
     assert ingest.returncode == 0, ingest.stderr
     assert "chunks have no vector yet" in ingest.stdout
     assert "ragloop kb embed" in ingest.stdout
+    keyword = sorted(tmp_path.glob("kb.sqlite-keyword-*.arrays"))
+    assert len(keyword) == 1  # the ingest prepared the keyword index for the first search
     stats = json.loads(ragloop("kb", "stats", "--json", env=env).stdout)
     assert stats["vectors_missing"] == stats["chunks"] > 0
     hits = json.loads(ragloop("search", "tent weight", "--json", env=env).stdout)
@@ -132,5 +134,7 @@ def test_ingest_text_now_and_embed_later(kb_env):
     embed = ragloop("kb", "embed", env=env)
     assert embed.returncode == 0, embed.stderr
     assert f"embedded {stats['chunks']} chunks" in embed.stdout
+    assert len(list(tmp_path.glob("kb.sqlite-dense-*.arrays"))) == 1  # and embed the vectors' index
+    assert sorted(tmp_path.glob("kb.sqlite-keyword-*.arrays")) == keyword
     assert json.loads(ragloop("kb", "stats", "--json", env=env).stdout)["vectors_missing"] == 0
     assert "every chunk has its vector" in ragloop("kb", "embed", env=env).stdout

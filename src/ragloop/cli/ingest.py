@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import click
@@ -22,6 +22,7 @@ from ragloop.cli.common import (
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 from ragloop.retrieval.ingest import IngestInterrupted, IngestProgress, IngestReport
+from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 
 @contextmanager
@@ -62,6 +63,22 @@ def progress_display(quiet: bool) -> Iterator[Callable[[IngestProgress], None]]:
             )  # fmt: skip
 
         yield show
+
+
+def prepare_indexes(kb: KnowledgeBase, quiet: bool) -> None:
+    """Build and save the search indexes now (the SQLite store; at a million chunks the vector
+    graph takes minutes), so the first search finds them ready. Stopped, the first search
+    builds them instead: nothing is lost."""
+    load_indexes = getattr(kb.store, "load_indexes", None)
+    if load_indexes is None:  # PostgreSQL indexes as it writes
+        return
+    status = nullcontext() if quiet else errors.status("preparing the search indexes")
+    try:
+        with status:
+            load_indexes(dense=kb.embedder is not None)
+    except KeyboardInterrupt:
+        click.echo("stopped: the first search will build the indexes", err=True)
+        raise click.exceptions.Exit(130) from None
 
 
 @click.command()
@@ -112,6 +129,7 @@ def ingest(
                 sync=sync,
                 vectors="later" if vectors == "later" else "now",
             )
+        prepare_indexes(kb, quiet or as_json)
         where = str(kb.path) if kb.path is not None else kb.stats().path
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
