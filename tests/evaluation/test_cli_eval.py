@@ -62,6 +62,7 @@ def test_eval_rejects_a_bad_setting_and_a_bad_dataset(tmp_path):
     )
     assert bad_setting.returncode == 2
     assert "KEY=VALUE" in bad_setting.stderr
+    assert not (tmp_path / "cache").exists()  # refused before any knowledge base was built
     (tmp_path / "odd.json").write_text('[{"foo": 1}]')
     bad_data = subprocess.run(
         [sys.executable, "-m", "ragloop", "eval", str(tmp_path / "odd.json")],

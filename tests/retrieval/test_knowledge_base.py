@@ -468,6 +468,9 @@ def test_reingest_reads_only_files_whose_size_or_time_changed(tmp_path, docs, mo
         report = kb.ingest(docs)
         assert sorted(read) == ["billing.txt", "returns.md"]
         assert (report.unchanged, report.updated) == (3, 1)
+        read.clear()
+        assert kb.ingest(docs).unchanged == 4
+        assert read == []  # the touched file's new times were recorded: not read again
 
 
 def test_an_interrupted_embedding_goes_on_where_it_stopped(tmp_path, docs):

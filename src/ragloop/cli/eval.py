@@ -127,6 +127,7 @@ def eval_command(
         raise InputError(
             "--chart needs matplotlib: pip install 'ragloop[eval]' (or leave --chart out)"
         )
+    options = _parse_settings(settings)  # a malformed --set fails before any indexing
     try:
         data = load_dataset(dataset, corpus).sample(limit)
         path = kb_path or _cache_path(data, embedder, not no_titles)
@@ -140,7 +141,6 @@ def eval_command(
         chosen = engines or tuple(
             e for e in ENGINES if kb.embedder is not None or e not in ("dense", "hybrid")
         )
-        options = _parse_settings(settings)
         configurations = [make_configuration(engine, kb, **options) for engine in chosen]
         with Progress(
             TextColumn("{task.description}"),

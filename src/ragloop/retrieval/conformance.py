@@ -88,6 +88,20 @@ class KnowledgeBaseConformance:
         after = kb.stats()
         assert (after.documents, after.chunks) == (before.documents, before.chunks)
 
+    def test_a_touched_file_is_read_once_then_known_by_its_new_times(
+        self, kb: KnowledgeBase, corpus: Path
+    ) -> None:
+        os.utime(corpus / "billing.txt", ns=(1, 1))  # same bytes, other times
+        stored = {d.source: d for d in kb.store.documents("default")}["billing.txt"]
+        kb.ingest(corpus)
+        again = {d.source: d for d in kb.store.documents("default")}["billing.txt"]
+        assert again.metadata["mtime_ns"] == 1
+        assert again.content_hash == stored.content_hash
+        times = ("mtime_ns", "ctime_ns")
+        assert {k: v for k, v in again.metadata.items() if k not in times} == {
+            k: v for k, v in stored.metadata.items() if k not in times
+        }
+
     def test_a_changed_file_replaces_its_chunks(self, kb: KnowledgeBase, corpus: Path) -> None:
         (corpus / "billing.txt").write_text("Invoices are issued quarterly by post.\n")
         report = kb.ingest(corpus)

@@ -185,6 +185,7 @@ def store_text(
     pending: list[_Prepared] = []
     pending_sources: set[str] = set()
     pending_chunks = 0
+    refreshed: dict[str, dict[str, Any]] = {}  # fingerprints of files read and found unchanged
     count = 0  # items seen (``files_total`` is 0 when the caller could not count them)
     for count, item in enumerate(items, 1):
         progress.update(files_done=count - 1, source=item.source)
@@ -205,6 +206,8 @@ def store_text(
                 )
             ):
                 report.unchanged += 1
+                if item.fingerprint is not None:  # the same bytes: remember the new times
+                    refreshed[item.source] = item.fingerprint
                 continue
             parsed, metadata = item.parse()
             replaced = stored is not None
@@ -240,6 +243,9 @@ def store_text(
             _write(store, pending, names, cached_model, report, progress)
             pending, pending_sources, pending_chunks = [], set(), 0
     _write(store, pending, names, cached_model, report, progress)
+    update_metadata = getattr(store, "update_document_metadata", None)
+    if refreshed and update_metadata is not None:
+        update_metadata(collection, refreshed)
     progress.update(files_done=max(progress.state.files_total, count), source="")
 
 

@@ -157,6 +157,11 @@ class Store(Protocol):
     replaced in one transaction, then the links given added between the chunks stored at its
     end (a commit costs more than a document's rows). Ingestion uses it when present.
 
+    A store may also offer ``update_document_metadata(collection, updates)``: ``updates`` maps
+    a source to keys merged into its document's metadata, chunks untouched. Ingestion uses it to
+    record the new size and times of a file whose bytes turned out unchanged (a ``touch``, a
+    checkout), so the next ingest knows it without reading it again.
+
     A store may also offer ``hybrid_search(query, vector, top_k, scope, *, depth, k,
     weights)``: keyword and vector search fused by reciprocal rank fusion
     (:func:`ragloop.retrieval.fusion.fuse`) before any row is read. The knowledge base uses it

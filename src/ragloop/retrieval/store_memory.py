@@ -85,6 +85,13 @@ class InMemoryStore:
     def sources(self, collection: str) -> list[str]:
         return sorted(source for coll, source in self._docs if coll == collection)
 
+    def update_document_metadata(self, collection: str, updates: dict[str, dict[str, Any]]) -> None:
+        with self._lock:
+            for source, keys in updates.items():
+                stored = self._docs.get((collection, source))
+                if stored is not None:
+                    stored.doc.metadata.update(keys)
+
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
         """The documents of a collection (every collection when None), by source."""
         found = [s.doc for (coll, _), s in self._docs.items() if collection in (None, coll)]

@@ -314,6 +314,17 @@ class PostgresStore:
             ).fetchall()
         return [row[0] for row in rows]
 
+    def update_document_metadata(self, collection: str, updates: dict[str, dict[str, Any]]) -> None:
+        """Merge keys into documents' metadata, in one transaction."""
+        if not updates:
+            return
+        with self._connection() as conn, conn.transaction(), conn.cursor() as cursor:
+            cursor.executemany(
+                "UPDATE documents SET metadata = metadata || %s::jsonb "
+                "WHERE collection = %s AND source = %s",
+                [(json.dumps(keys), collection, source) for source, keys in updates.items()],
+            )
+
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
         """The documents of a collection (every collection when None), by source."""
         where, params = (

@@ -576,6 +576,19 @@ class SQLiteStore:
         return len(ids)
 
     @_guarded
+    def update_document_metadata(self, collection: str, updates: dict[str, dict[str, Any]]) -> None:
+        """Merge keys into documents' metadata. Not through _write(): no index holds document
+        metadata (filters read it from the rows), so nothing needs reloading."""
+        if not updates:
+            return
+        with self._transaction(self._conn()) as conn:
+            conn.executemany(
+                "UPDATE documents SET metadata = json_patch(metadata, ?) "
+                "WHERE collection = ? AND source = ?",
+                [(json.dumps(keys), collection, source) for source, keys in updates.items()],
+            )
+
+    @_guarded
     def delete_document(self, source: str, collection: str | None = None) -> int:
         with self._write() as conn:
             return self._delete(conn, source, collection)
