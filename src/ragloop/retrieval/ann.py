@@ -33,7 +33,10 @@ MIN_VECTORS = 200_000  # below this, the exact scan is fast enough (BENCHMARKS.m
 CANDIDATES = 100  # scored exactly for each query (at least 4 x top_k)
 CONNECTIVITY = 16
 EXPANSION_ADD = 128
-EXPANSION_SEARCH = 256
+# the graph's search breadth, which decides recall (the candidates' count barely does): on
+# 100,000 chunks of MiniLM-like vectors recall@10 against the exact scan was 0.967 at 256,
+# 0.985 at 512 and 0.993 at 1,024 (7.9 and 10.8 ms a search on 2 busy cores)
+EXPANSION_SEARCH = 1024
 _ADD_BLOCK = 65_536  # vectors converted to rows and added at a time
 _SAMPLES = 64  # vectors the fingerprint covers
 
