@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -172,6 +173,24 @@ class BM25Index:
             weights[places] = block_weights[order]
             cursor[sorted_terms[starts]] += run_sizes
         return cls(n_docs, ptr, docs, weights, idfs)
+
+    def arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The index as named arrays, what :meth:`from_arrays` reads back."""
+        return {"ptr": self.ptr, "docs": self.docs, "weights": self.weights, "idfs": self.idfs}
+
+    @classmethod
+    def from_arrays(cls, n_docs: int, arrays: dict[str, npt.NDArray[Any]]) -> BM25Index | None:
+        """The index :meth:`arrays` gave; None when they do not hold together (a damaged
+        file)."""
+        try:
+            index = cls(n_docs, arrays["ptr"], arrays["docs"], arrays["weights"], arrays["idfs"])
+        except KeyError:
+            return None
+        if not len(index.ptr) or len(index.ptr) != len(index.idfs) + 1:
+            return None
+        if not int(index.ptr[-1]) == len(index.docs) == len(index.weights):
+            return None
+        return index
 
     def document_frequency(self, term: int) -> int:
         if term < 0 or term + 1 >= len(self.ptr):

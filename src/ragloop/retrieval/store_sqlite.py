@@ -224,17 +224,6 @@ class _KeywordIndex:
     bm25: BM25Index
     saved: bool = False  # mapped from the file saved beside the knowledge base
 
-    def arrays(self) -> dict[str, npt.NDArray[Any]]:
-        bm25 = self.bm25
-        return {
-            "pks": self.rows.pks,
-            "collections": self.rows.collections,
-            "ptr": bm25.ptr,
-            "docs": bm25.docs,
-            "weights": bm25.weights,
-            "idfs": bm25.idfs,
-        }
-
 
 @dataclass
 class _DenseIndex:
@@ -659,7 +648,7 @@ class SQLiteStore:
             path = self._saved_path("keyword", state)
             index = self._saved_keyword(path, generation) or self._build_keyword(conn, generation)
         if not index.saved:
-            self._save(path, "keyword", index.arrays(), {"names": index.rows.names})
+            self._save(path, "keyword", index.rows, index.bm25.arrays(), {})
         self._keyword = index
         return index
 
@@ -687,25 +676,12 @@ class SQLiteStore:
         return _KeywordIndex(generation, _Rows.read(parts, names), bm25)
 
     def _saved_keyword(self, path: Path | None, generation: int) -> _KeywordIndex | None:
-        saved = saved_arrays.load(path) if path else None
+        saved = self._load_saved(path)
         if saved is None:
             return None
-        arrays, info = saved
-        try:
-            rows = _Rows(arrays["pks"], arrays["collections"], list(info["names"]))
-            bm25 = BM25Index(
-                len(rows.pks), arrays["ptr"], arrays["docs"], arrays["weights"], arrays["idfs"]
-            )
-            consistent = (
-                len(rows.collections) == len(rows.pks)
-                and len(bm25.ptr) == len(bm25.idfs) + 1
-                and int(bm25.ptr[-1]) == len(bm25.docs) == len(bm25.weights)
-            )
-        except (KeyError, TypeError, IndexError):
-            consistent = False
-        if not consistent:
-            return None
-        return _KeywordIndex(generation, rows, bm25, saved=True)
+        arrays, _, rows = saved
+        bm25 = BM25Index.from_arrays(len(rows.pks), arrays)
+        return None if bm25 is None else _KeywordIndex(generation, rows, bm25, saved=True)
 
     def _meta(self, conn: sqlite3.Connection, key: str) -> str | None:
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -722,13 +698,32 @@ class SQLiteStore:
         self,
         path: Path | None,
         kind: str,
+        rows: _Rows,
         arrays: dict[str, npt.NDArray[Any]],
         info: dict[str, Any],
     ) -> None:
+        """Save an index's rows and ``arrays`` at ``path`` (beside the file, for this state of
+        it) and remove the ones saved for earlier states."""
         if path is None or self.read_only:
             return
-        if saved_arrays.save(path, arrays, info):
+        arrays = {"pks": rows.pks, "collections": rows.collections, **arrays}
+        if saved_arrays.save(path, arrays, {**info, "names": rows.names}):
             saved_arrays.remove_others(path, f"{self.path.name}-{kind}-*.arrays")
+
+    def _load_saved(
+        self, path: Path | None
+    ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any], _Rows] | None:
+        """The arrays, info and rows :meth:`_save` wrote at ``path``; None when there is no
+        such file or its rows do not hold together."""
+        saved = saved_arrays.load(path) if path else None
+        if saved is None:
+            return None
+        arrays, info = saved
+        try:
+            rows = _Rows(arrays["pks"], arrays["collections"], list(info["names"]))
+        except (KeyError, TypeError):
+            return None
+        return (arrays, info, rows) if len(rows.collections) == len(rows.pks) else None
 
     def _scope_mask(self, rows: _Rows, scope: Scope) -> npt.NDArray[np.bool_] | None:
         """Which rows of an index the scope admits (None: all)."""
@@ -1001,13 +996,8 @@ class SQLiteStore:
             index = self._saved_dense(path, model, generation)
             if index is None:
                 index = self._read_dense(conn, model, generation)
-                rows = index.rows
-                arrays: dict[str, npt.NDArray[Any]] = {
-                    "pks": rows.pks,
-                    "collections": rows.collections,
-                    "columns": index.columns,
-                }
-                self._save(path, "dense", arrays, {"names": rows.names, "model_id": model[0]})
+                arrays = {"columns": index.columns}
+                self._save(path, "dense", index.rows, arrays, {"model_id": model[0]})
         index.approximate = self._approximate(index, self._dense)
         return index
 
@@ -1039,22 +1029,14 @@ class SQLiteStore:
     def _saved_dense(
         self, path: Path | None, model: tuple[str, int], generation: str
     ) -> _DenseIndex | None:
-        saved = saved_arrays.load(path) if path else None
+        saved = self._load_saved(path)
         if saved is None:
             return None
-        arrays, info = saved
-        try:
-            rows = _Rows(arrays["pks"], arrays["collections"], list(info["names"]))
-            columns = arrays["columns"]
-            consistent = (
-                info["model_id"] == model[0]
-                and columns.dtype == np.float32
-                and columns.shape == (model[1], len(rows.pks))
-                and len(rows.collections) == len(rows.pks)
-            )
-        except (KeyError, TypeError):
-            consistent = False
-        if not consistent:
+        arrays, info, rows = saved
+        columns = arrays.get("columns")
+        if columns is None or info.get("model_id") != model[0]:
+            return None
+        if columns.dtype != np.float32 or columns.shape != (model[1], len(rows.pks)):
             return None
         return _DenseIndex(generation, model[0], rows, columns)
 
