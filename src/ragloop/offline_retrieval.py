@@ -45,9 +45,9 @@ def offline_retrieval_loop(
       (BENCHMARKS.md);
     - ``direct_first=True``: the question's own search ranks first; a hop (a link, the second
       search) moves up a chunk that search found too, and adds the chunks only it found after
-      its results, so no hop that goes astray pushes the question's best chunks down (pydocs
-      questions: page@5 as one search's; HotpotQA: recall@5 of both gold passages up, see
-      BENCHMARKS.md);
+      its results (unless a link and the second search both found one), so no hop that goes
+      astray pushes the question's best chunks down (pydocs questions: page@5 as one
+      search's; HotpotQA: recall@5 of both gold passages up, see BENCHMARKS.md);
     - ``top_k=20`` chunks per search: documents often span several chunks, and with 10 the
       first ten of the evidence held fewer distinct documents than one search's top ten
       (FiQA: recall@10 2.9 points below one-shot search; with 20, within noise);

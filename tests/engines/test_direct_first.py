@@ -25,10 +25,14 @@ class Searches:
         return [chunk(name) for i in ids for name in self.links.get(i, [])][:limit]
 
 
-def run(direct_first: bool) -> list[str]:
+def run(
+    direct_first: bool,
+    hop: list[str] | None = None,
+    links: dict[str, list[str]] | None = None,
+) -> list[str]:
     searches = Searches(
-        {"question": ["a", "b", "c", "d"], "hop": ["e", "c", "f"]},
-        {"a": ["x", "d"]},  # the top chunk names x (new) and d (found, 4th)
+        {"question": ["a", "b", "c", "d"], "hop": hop or ["e", "c", "f"]},
+        links or {"a": ["x", "d"]},  # the top chunk names x (new) and d (found, 4th)
     )
     loop = RetrievalLoop(
         searches,
@@ -53,3 +57,17 @@ def test_hops_rank_after_the_questions_own_results_and_move_up_what_it_found():
 def test_without_direct_first_hops_interleave_with_the_questions_results():
     # x (a link) and e (the second search's top) both go above b, the question's 2nd result
     assert run(direct_first=False) == ["a", "d", "x", "e", "b", "c", "f"]
+
+
+def test_a_chunk_only_links_name_stays_after_the_questions_results_however_often_named():
+    # x is named by the question's top chunk and again by the second search's top chunk: two
+    # links, no search found it, so it does not pass b, c and d (it used to move up to 2nd)
+    links = {"a": ["x"], "e": ["x"]}
+    ranked = run(direct_first=True, hop=["e", "f"], links=links)
+    assert ranked == ["a", "b", "c", "d", "x", "e", "f"]
+
+
+def test_a_chunk_a_link_names_and_the_next_search_finds_moves_up():
+    # the bridge: x, named by the top chunk, is the second search's top result: two routes agree
+    links = {"a": ["x"]}
+    assert run(direct_first=True, hop=["x", "e"], links=links) == ["a", "x", "b", "c", "d", "e"]

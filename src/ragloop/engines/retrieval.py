@@ -81,7 +81,8 @@ class RetrievalLoopConfig:
       their order: a later search or a link can move one of those chunks up (to the rank it
       would give a new chunk), and puts the chunks only it found after them, so the evidence
       never ranks a chunk of the question's own results lower than its search did because a
-      hop went astray (the offline loops use it);
+      hop went astray; a chunk those searches did not find passes them only when a later
+      search and a link both found it (the offline loops use it);
     - ``budget``: the :class:`~ragloop.Budget` of every run that is not given its own.
     """
 

@@ -74,7 +74,7 @@ class Run:
         self.tracker = BudgetTracker(budget)
         self.history: list[RetrievalIteration] = []
         self.found: dict[str, Chunk] = {}
-        self.rank: dict[str, tuple[float, int]] = {}  # id -> (rank, discovery order)
+        self.places: dict[str, dict[str, float]] = {}  # id -> {route that found it: best rank}
         self.tried: set[str] = set()
         self.first_route: str | None = None
         self.cache = CacheStats()
@@ -308,22 +308,36 @@ class Run:
         any search (scores of different queries do not compare), plus
         ``LATER_ITERATION_PENALTY`` places per iteration before the search; earlier discovery
         first on ties."""
+        route = "question" if index == 0 else "search"
         for ranking in rankings:
             for position, chunk in enumerate(ranking):
-                self._place(chunk, position + LATER_ITERATION_PENALTY * index, hop=index > 0)
+                self._place(chunk, position + LATER_ITERATION_PENALTY * index, route)
 
-    def _place(self, chunk: Chunk, rank: float, *, hop: bool) -> bool:
-        """Put a chunk in the evidence at ``rank``, or move it up to it; True when it is new.
-        With ``direct_first``, a chunk only a hop found goes after the first searches' results."""
-        if chunk.id in self.found:
-            best, order = self.rank[chunk.id]
-            self.rank[chunk.id] = (min(best, rank), order)
-            return False
-        if hop and self.config.direct_first:
-            rank += self.config.top_k
-        self.found[chunk.id] = chunk
-        self.rank[chunk.id] = (rank, len(self.rank))
-        return True
+    def _place(self, chunk: Chunk, rank: float, route: str) -> bool:
+        """Record that ``route`` ("question", "search" or "link") found a chunk at ``rank``;
+        True when the chunk is new to the evidence."""
+        places = self.places.get(chunk.id)
+        if places is None:
+            self.found[chunk.id] = chunk
+            self.places[chunk.id] = {route: rank}  # dicts keep insertion: discovery order
+            return True
+        places[route] = min(rank, places.get(route, rank))
+        return False
+
+    def _rank(self, chunk_id: str) -> float:
+        """A chunk's rank: its best place. With ``direct_first``, a chunk the question's own
+        searches did not find goes after their results, unless a later search and a link both
+        found it (two hops agreeing, as a bridge passage is named and then searched for): a
+        chunk only links name, however often, never passes the question's own results."""
+        places = self.places[chunk_id]
+        best = min(places.values())
+        if self.config.direct_first and "question" not in places and len(places) < 2:
+            best += self.config.top_k
+        return best
+
+    def _ranked(self) -> list[Chunk]:
+        # sorted() is stable: on equal ranks, earlier discovery first
+        return sorted(self.found.values(), key=lambda c: self._rank(c.id))
 
     async def _follow_links(self, index: int, new_chunks: list[Chunk]) -> list[Chunk]:
         """The chunks the best new chunks name, added to the evidence as a next hop's top
@@ -345,10 +359,7 @@ class Run:
         )
         rank = LATER_ITERATION_PENALTY * (index + 1)
         # a chunk found already, named by a better chunk, moves up
-        return [c for c in _chunks(linked, "link graph") if self._place(c, rank, hop=True)]
-
-    def _ranked(self) -> list[Chunk]:
-        return sorted(self.found.values(), key=lambda c: self.rank[c.id])
+        return [c for c in _chunks(linked, "link graph") if self._place(c, rank, "link")]
 
     async def _estimate(
         self, stage: str, before: Usage | None, inputs: list[str], outputs: Sequence[str] = ()
