@@ -58,6 +58,8 @@ def is_common_word(word: str) -> bool:
 
 def tokenize(text: str) -> list[str]:
     """Lower-case word tokens (letters and digits; inner apostrophes kept)."""
+    if text.isascii():  # lower-casing the whole text keeps every token as it was, faster
+        return _TOKEN.findall(text.lower())
     return [t.lower().replace("’", "'") for t in _TOKEN.findall(text)]
 
 

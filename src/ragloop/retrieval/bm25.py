@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Any
 
 import numpy as np
@@ -49,27 +50,13 @@ def term_frequencies(text: str) -> Counter[str]:
 
 
 def batch_term_frequencies(texts: Sequence[str]) -> list[Counter[str]]:
-    """``term_frequencies`` of each text, stemming each distinct word once (chunks repeat
-    most of their words; stems are remembered across batches, up to ``STEMS_KEPT`` words)."""
-    words = [Counter(tokenize(text)) for text in texts]
-    for counts in words:
-        for stopword in STOPWORDS.intersection(counts):
-            del counts[stopword]
-    new = list({word for counts in words for word in counts if word not in _stems})
-    if len(_stems) + len(new) > STEMS_KEPT:
-        _stems.clear()
-    _stems.update(zip(new, stem_words(new), strict=True))
-    out: list[Counter[str]] = []
-    for counts in words:
-        terms: Counter[str] = Counter()
-        for word, count in counts.items():
-            terms[_stems.get(word) or stem_words([word])[0]] += count
-        out.append(terms)
-    return out
-
-
-STEMS_KEPT = 200_000  # words whose stem batch_term_frequencies remembers (about 25 MB)
-_stems: dict[str, str] = {}
+    """``term_frequencies`` of each text, stemming each distinct word of the batch once
+    (PyStemmer remembers recent words too). The per-token work runs in C (``map``,
+    ``filterfalse``, ``Counter``): it was a third of an ingest's time as Python loops."""
+    words = [tokenize(text) for text in texts]
+    distinct = list(set().union(*words).difference(STOPWORDS))
+    stems = dict(zip(distinct, stem_words(distinct), strict=True))
+    return [Counter(map(stems.__getitem__, filterfalse(STOPWORDS.__contains__, w))) for w in words]
 
 
 Postings = tuple["npt.NDArray[np.uint32]", "npt.NDArray[np.uint32]"]  # (term ids, counts)
@@ -78,10 +65,12 @@ PostingsBlock = tuple["npt.NDArray[np.int64]", "npt.NDArray[np.int32]", "npt.NDA
 BLOCK = 8192  # chunks in a block
 
 
-def pack(frequencies: dict[int, int]) -> bytes:
-    """A chunk's term ids and frequencies as bytes (uint32 ids, then uint32 counts)."""
-    ids = np.fromiter(frequencies.keys(), dtype=np.uint32, count=len(frequencies))
-    counts = np.fromiter(frequencies.values(), dtype=np.uint32, count=len(frequencies))
+def pack(frequencies: dict[str, int], term_ids: dict[str, int]) -> bytes:
+    """A chunk's term frequencies as bytes: the terms' ids (``term_ids``) as uint32, then the
+    counts as uint32."""
+    size = len(frequencies)
+    ids = np.fromiter(map(term_ids.__getitem__, frequencies), dtype=np.uint32, count=size)
+    counts = np.fromiter(frequencies.values(), dtype=np.uint32, count=size)
     return ids.tobytes() + counts.tobytes()
 
 

@@ -49,7 +49,9 @@ def save(path: Path, arrays: dict[str, npt.NDArray[Any]], info: dict[str, Any]) 
             out.write(MAGIC + len(header).to_bytes(8, "little") + header)
             for name, array in arrays.items():
                 out.seek(start + entries[name]["offset"])
-                out.write(np.ascontiguousarray(array, dtype=entries[name]["dtype"]).tobytes())
+                # written from the array's own memory: a bytes copy of the vectors would
+                # double the peak memory of the process that builds a large index
+                out.write(np.ascontiguousarray(array, dtype=entries[name]["dtype"]).data)
             out.truncate(start + offset)  # the file ends where the last array does, even empty
         os.replace(partial, path)
     except OSError:

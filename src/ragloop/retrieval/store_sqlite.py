@@ -442,7 +442,7 @@ class SQLiteStore:
     def _pack(self, conn: sqlite3.Connection, text: str) -> bytes:
         frequencies = term_frequencies(text)
         ids = self._term_ids(conn, frequencies, add=True)
-        return pack({ids[term]: count for term, count in frequencies.items()})
+        return pack(frequencies, ids)
 
     def _generation(self) -> int:
         row = self._conn().execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
@@ -482,86 +482,91 @@ class SQLiteStore:
         self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
     ) -> None:
         """Replace documents in one transaction (a commit costs more than a document's rows),
-        then add the links given. Rows go in by ``executemany``, the vocabulary ids of the
-        whole batch are looked up at once."""
+        then add the links given. Each table's rows of the whole batch go in by one
+        ``executemany`` (statements per document cost more than their rows at a million
+        chunks); a source given twice keeps its last version."""
+        latest = {(doc.collection, doc.source): (doc, chunks) for doc, chunks in documents}
+        batch = list(latest.values())
         with self._write() as conn:
             model = self._model(conn)
-            counts = batch_term_frequencies(
-                [c.index_text for _, chunks in documents for c in chunks]
+            counts = batch_term_frequencies([c.index_text for _, chunks in batch for c in chunks])
+            ids = self._term_ids(conn, set().union(*counts), add=True)
+            packed = iter([pack(found, ids) for found in counts])
+            self._delete_ids(conn, self._document_ids(conn, list(latest)))
+            # the row numbers SQLite would give, chosen here so each table's rows go in together
+            (document_id,) = conn.execute("SELECT coalesce(max(id), 0) FROM documents").fetchone()
+            (pk,) = conn.execute("SELECT coalesce(max(pk), 0) FROM chunks").fetchone()
+            now = datetime.now(UTC).isoformat()
+            documents_rows, chunk_rows, text_rows, vector_rows = [], [], [], []
+            for doc, chunks in batch:
+                document_id += 1
+                documents_rows.append(
+                    (document_id, doc.collection, doc.source, doc.title, doc.content_hash,
+                     json.dumps(doc.metadata), now)
+                )  # fmt: skip
+                for chunk in chunks:
+                    pk += 1
+                    chunk_rows.append(
+                        (pk, chunk.id, document_id, chunk.position, chunk.content,
+                         json.dumps(chunk.heading_path), chunk.text_hash,
+                         json.dumps(chunk.metadata), next(packed))
+                    )  # fmt: skip
+                    text_rows.append((pk, chunk.index_text))
+                    if model is not None and chunk.vector is not None:
+                        vector_rows.append((model[0], chunk.text_hash, _blob(chunk.vector)))
+            conn.executemany(
+                "INSERT INTO documents (id, collection, source, title, content_hash, metadata, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                documents_rows,
             )
-            ids = self._term_ids(conn, (term for found in counts for term in found), add=True)
-            packed = iter([pack({ids[t]: n for t, n in found.items()}) for found in counts])
-            for doc, chunks in documents:
-                self._replace(conn, doc, chunks, model, packed)
+            conn.executemany(
+                "INSERT INTO chunks (pk, id, document_id, position, content, heading_path, "
+                "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                chunk_rows,
+            )
+            conn.executemany("INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)", text_rows)
+            conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)", vector_rows)
             self._insert_links(conn, links)
 
-    def _replace(
-        self,
-        conn: sqlite3.Connection,
-        doc: DocumentRecord,
-        chunks: list[ChunkRecord],
-        model: tuple[str, int] | None,
-        packed: Iterator[bytes],
-    ) -> None:
-        self._delete(conn, doc.source, doc.collection)
-        cursor = conn.execute(
-            "INSERT INTO documents (collection, source, title, content_hash, metadata, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                doc.collection,
-                doc.source,
-                doc.title,
-                doc.content_hash,
-                json.dumps(doc.metadata),
-                datetime.now(UTC).isoformat(),
-            ),
-        )
-        document_id = cursor.lastrowid
-        # the row numbers SQLite would give, chosen here so the keyword rows go in together
-        (first,) = conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM chunks").fetchone()
-        conn.executemany(
-            "INSERT INTO chunks (pk, id, document_id, position, content, heading_path, "
-            "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    first + i,
-                    chunk.id,
-                    document_id,
-                    chunk.position,
-                    chunk.content,
-                    json.dumps(chunk.heading_path),
-                    chunk.text_hash,
-                    json.dumps(chunk.metadata),
-                    next(packed),
-                )
-                for i, chunk in enumerate(chunks)
-            ],
-        )
-        conn.executemany(
-            "INSERT INTO chunks_fts (rowid, text) VALUES (?, ?)",
-            [(first + i, chunk.index_text) for i, chunk in enumerate(chunks)],
-        )
-        if model is not None and any(chunk.vector is not None for chunk in chunks):
-            conn.executemany(
-                "INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)",
-                [
-                    (model[0], chunk.text_hash, _blob(chunk.vector))
-                    for chunk in chunks
-                    if chunk.vector is not None
-                ],
+    @staticmethod
+    def _document_ids(conn: sqlite3.Connection, keys: list[tuple[str, str]]) -> list[int]:
+        """The ids of the stored documents among ``(collection, source)`` keys."""
+        by_collection: dict[str, list[str]] = {}
+        for collection, source in keys:
+            by_collection.setdefault(collection, []).append(source)
+        found: list[int] = []
+        for collection, sources in by_collection.items():
+            for start in range(0, len(sources), 500):
+                part = sources[start : start + 500]
+                found += [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT id FROM documents WHERE collection = ? AND source IN "
+                        f"({','.join('?' * len(part))})",
+                        (collection, *part),
+                    )
+                ]
+        return found
+
+    @staticmethod
+    def _delete_ids(conn: sqlite3.Connection, ids: list[int]) -> None:
+        """Delete documents (their chunks and links go by cascade) and their phrase-index
+        rows, which no foreign key reaches."""
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            marks = ",".join("?" * len(part))
+            conn.execute(
+                "DELETE FROM chunks_fts WHERE rowid IN "
+                f"(SELECT pk FROM chunks WHERE document_id IN ({marks}))",
+                part,
             )
+            conn.execute(f"DELETE FROM documents WHERE id IN ({marks})", part)
 
     def _delete(self, conn: sqlite3.Connection, source: str, collection: str | None) -> int:
         where = "source = ?" + (" AND collection = ?" if collection is not None else "")
         params: tuple[str, ...] = (source,) if collection is None else (source, collection)
         ids = [row[0] for row in conn.execute(f"SELECT id FROM documents WHERE {where}", params)]
-        for document_id in ids:
-            conn.execute(
-                "DELETE FROM chunks_fts WHERE rowid IN "
-                "(SELECT pk FROM chunks WHERE document_id = ?)",
-                (document_id,),
-            )
-            conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+        self._delete_ids(conn, ids)
         return len(ids)
 
     @_guarded
@@ -649,6 +654,9 @@ class SQLiteStore:
             index = self._saved_keyword(path, generation) or self._build_keyword(conn, generation)
         if not index.saved:
             self._save(path, "keyword", index.rows, index.bm25.arrays(), {})
+            # searched from the saved copy, as every later process does: its pages are the
+            # kernel's to drop and read again, where the built arrays would stay resident
+            index = self._saved_keyword(path, generation) or index
         self._keyword = index
         return index
 
@@ -998,6 +1006,7 @@ class SQLiteStore:
                 index = self._read_dense(conn, model, generation)
                 arrays = {"columns": index.columns}
                 self._save(path, "dense", index.rows, arrays, {"model_id": model[0]})
+                index = self._saved_dense(path, model, generation) or index  # as keyword's
         index.approximate = self._approximate(index, self._dense)
         return index
 
@@ -1058,17 +1067,21 @@ class SQLiteStore:
                 and np.array_equal(previous.columns, columns[:, :kept])
             ):
                 previous.approximate.extend(columns)
-                self._save_graph(previous.approximate, columns)
-                return previous.approximate
+                return self._save_graph(previous.approximate, columns)
         found = ApproximateIndex.load(self.path, columns)
         if found is None:
-            found = ApproximateIndex.build(columns)
-            self._save_graph(found, columns)
+            found = self._save_graph(ApproximateIndex.build(columns), columns)
         return found
 
-    def _save_graph(self, graph: ApproximateIndex, columns: npt.NDArray[np.float32]) -> None:
-        if not self.read_only:
-            graph.save(self.path, columns)
+    def _save_graph(
+        self, graph: ApproximateIndex, columns: npt.NDArray[np.float32]
+    ) -> ApproximateIndex:
+        """Save a graph beside the file and search the saved one, mapped, as the indexes'
+        saved copies are (the built one is freed); the built one when saving failed."""
+        if self.read_only:
+            return graph
+        graph.save(self.path, columns)
+        return ApproximateIndex.load(self.path, columns) or graph
 
     @_guarded
     def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
