@@ -92,7 +92,8 @@ def test_appended_chunks_extend_the_graph_and_changed_ones_rebuild_it(
     kb.add_documents([Document(text="zeppelin hangar blimp", source="new", title="")])
     assert kb.search("zeppelin hangar blimp", mode="dense", top_k=1)[0].source == "new"
     extended = kb.store._dense.approximate  # saved, then searched from its saved file
-    assert len(extended) == 301 and extended.mapped
+    assert len(extended) == 301
+    assert extended.mapped
     assert not builds
     kb.delete("doc-3-5")  # not an append: built again, and the old graph file removed
     assert "doc-3-5" not in {c.source for c in kb.search("tent", mode="dense", top_k=300)}

@@ -121,7 +121,8 @@ def test_a_damaged_saved_index_is_ignored_and_built_again(kb_path, damage, caplo
     with KnowledgeBase(kb_path, embedder=HashEmbedder(64)) as kb:
         assert results(kb) == first  # built again from the rows, and saved whole again
         rewritten = saved(kb_path.parent, "keyword") + saved(kb_path.parent, "dense")
-        assert len(rewritten) == 2 and all(saved_arrays.load(p) for p in rewritten)
+        assert len(rewritten) == 2
+        assert all(saved_arrays.load(p) for p in rewritten)
 
 
 def test_saved_arrays_read_back_as_written_and_read_only(tmp_path):
