@@ -1001,14 +1001,21 @@ class SQLiteStore:
         with _snapshot(conn):  # the state and the rows from one state of the file
             texts, vectors = self._meta(conn, "text_state"), self._meta(conn, "vector_state")
             path = self._saved_path("dense", f"{texts}-{vectors}" if texts and vectors else None)
-            index = self._saved_dense(path, model, generation)
-            if index is None:
-                index = self._read_dense(conn, model, generation)
-                arrays = {"columns": index.columns}
-                self._save(path, "dense", index.rows, arrays, {"model_id": model[0]})
-                index = self._saved_dense(path, model, generation) or index  # as keyword's
+            index = self._saved_dense(path, model, generation) or self._build_dense(
+                conn, path, model, generation
+            )
         index.approximate = self._approximate(index, self._dense)
         return index
+
+    def _build_dense(
+        self, conn: sqlite3.Connection, path: Path | None, model: tuple[str, int], generation: str
+    ) -> _DenseIndex:
+        """Read the vectors from the rows and save them; returns the saved copy, mapped (as
+        the keyword index does; the built columns are freed on return), or the built one when
+        saving failed."""
+        built = self._read_dense(conn, model, generation)
+        self._save(path, "dense", built.rows, {"columns": built.columns}, {"model_id": model[0]})
+        return self._saved_dense(path, model, generation) or built
 
     def _read_dense(
         self, conn: sqlite3.Connection, model: tuple[str, int], generation: str
