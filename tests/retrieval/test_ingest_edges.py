@@ -13,6 +13,8 @@ import pytest
 
 from ragloop import IngestInterrupted, KnowledgeBase
 from ragloop.retrieval import ingest_run
+from ragloop.retrieval.store import ChunkRecord, DocumentRecord
+from ragloop.retrieval.store_sqlite import SQLiteStore
 from ragloop.testing import HashEmbedder
 
 
@@ -126,3 +128,21 @@ def test_searching_never_writes_and_stats_count_chunk_vectors(tmp_path):
     assert stats.vectors == stats.chunks == 3
     kb.close()
     assert rows() == before
+
+
+def test_a_batch_that_names_a_source_twice_stores_its_last_version_and_replaces_the_stored_one(
+    tmp_path,
+):
+    def version(text: str, source: str = "a.md") -> tuple[DocumentRecord, list[ChunkRecord]]:
+        chunk = ChunkRecord(f"{source}:{text}", 0, text, [], text, f"hash:{text}")
+        return DocumentRecord("default", source, "", f"doc:{text}"), [chunk]
+
+    store = SQLiteStore(tmp_path / "kb.sqlite")
+    store.replace_documents([version("stored first"), version("other", "b.md")], [])
+    store.replace_documents([version("draft"), version("final"), version("other 2", "b.md")], [])
+    documents = {d.source: d.content_hash for d in store.documents()}
+    assert documents == {"a.md": "doc:final", "b.md": "doc:other 2"}
+    chunks = store.get_chunks(["a.md:stored first", "a.md:draft", "a.md:final", "b.md:other"])
+    assert [c.content for c in chunks] == ["final"]
+    assert store.chunks_with_phrase("stored first", 5) == []  # its phrase rows went too
+    store.close()

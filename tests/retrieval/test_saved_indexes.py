@@ -50,6 +50,15 @@ def no_rebuild(monkeypatch) -> None:
     monkeypatch.setattr(SQLiteStore, "_read_dense", refuse)
 
 
+def test_the_process_that_builds_the_indexes_searches_their_saved_copies(kb_path):
+    # the built arrays are freed: the saved pages are the kernel's to drop and read again
+    with KnowledgeBase(kb_path, embedder=HashEmbedder(64)) as kb:
+        results(kb)
+        assert kb.store._keyword.saved
+        assert not kb.store._dense.columns.flags.writeable  # mapped read-only from its file
+        assert not kb.store._dense.columns.flags.owndata
+
+
 def test_a_new_store_maps_the_saved_indexes_and_finds_the_same(kb_path, monkeypatch):
     with KnowledgeBase(kb_path, embedder=HashEmbedder(64)) as kb:
         first = results(kb)
