@@ -9,11 +9,11 @@ exactly, so the ranking is exact among them and recall@10 against the exact scan
 measurement: same recall and speed on real vectors, int8 storage (a quarter of float32; hnswlib
 keeps float32), a small wheel, and a saved graph that is memory-mapped rather than read.
 
-The graph is built when the dense index is loaded (over 20 minutes at 1,000,000 vectors on 2
-shared cores), extended in place when chunks were only appended since, and saved beside the
-knowledge base (``kb.sqlite-ann-<count>-<fingerprint>.usearch``), where the next process maps
-it instead of building it again. The fingerprint covers the vectors at fixed positions, so a
-graph of other vectors is never used.
+The graph is built when the dense index is loaded (about 10 minutes at 1,000,000 vectors on 2
+cores), extended when chunks were only appended since, and saved beside the knowledge base
+(``kb.sqlite-ann-<count>-<fingerprint>.usearch``), where every process, the one that built it
+included, maps it instead of holding it. The fingerprint covers the vectors at fixed
+positions, so a graph of other vectors is never used.
 """
 
 from __future__ import annotations

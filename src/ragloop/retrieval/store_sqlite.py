@@ -496,24 +496,9 @@ class SQLiteStore:
             # the row numbers SQLite would give, chosen here so each table's rows go in together
             (document_id,) = conn.execute("SELECT coalesce(max(id), 0) FROM documents").fetchone()
             (pk,) = conn.execute("SELECT coalesce(max(pk), 0) FROM chunks").fetchone()
-            now = datetime.now(UTC).isoformat()
-            documents_rows, chunk_rows, text_rows, vector_rows = [], [], [], []
-            for doc, chunks in batch:
-                document_id += 1
-                documents_rows.append(
-                    (document_id, doc.collection, doc.source, doc.title, doc.content_hash,
-                     json.dumps(doc.metadata), now)
-                )  # fmt: skip
-                for chunk in chunks:
-                    pk += 1
-                    chunk_rows.append(
-                        (pk, chunk.id, document_id, chunk.position, chunk.content,
-                         json.dumps(chunk.heading_path), chunk.text_hash,
-                         json.dumps(chunk.metadata), next(packed))
-                    )  # fmt: skip
-                    text_rows.append((pk, chunk.index_text))
-                    if model is not None and chunk.vector is not None:
-                        vector_rows.append((model[0], chunk.text_hash, _blob(chunk.vector)))
+            documents_rows, chunk_rows, text_rows, vector_rows = _batch_rows(
+                batch, document_id, pk, packed, None if model is None else model[0]
+            )
             conn.executemany(
                 "INSERT INTO documents (id, collection, source, title, content_hash, metadata, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -1229,6 +1214,39 @@ class SQLiteStore:
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` ("ok" when the file is sound)."""
         return str(self._conn().execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _batch_rows(
+    batch: list[tuple[DocumentRecord, list[ChunkRecord]]],
+    document_id: int,
+    pk: int,
+    packed: Iterator[bytes],
+    model_id: str | None,
+) -> tuple[list[tuple[Any, ...]], ...]:
+    """The rows of the documents, chunks, phrase-index and vectors tables for a batch, with
+    row numbers after ``document_id`` and ``pk`` and the chunks' term frequencies ``packed``."""
+    now = datetime.now(UTC).isoformat()
+    documents: list[tuple[Any, ...]] = []
+    chunks: list[tuple[Any, ...]] = []
+    texts: list[tuple[Any, ...]] = []
+    vectors: list[tuple[Any, ...]] = []
+    for doc, records in batch:
+        document_id += 1
+        documents.append(
+            (document_id, doc.collection, doc.source, doc.title, doc.content_hash,
+             json.dumps(doc.metadata), now)
+        )  # fmt: skip
+        for chunk in records:
+            pk += 1
+            chunks.append(
+                (pk, chunk.id, document_id, chunk.position, chunk.content,
+                 json.dumps(chunk.heading_path), chunk.text_hash, json.dumps(chunk.metadata),
+                 next(packed))
+            )  # fmt: skip
+            texts.append((pk, chunk.index_text))
+            if model_id is not None and chunk.vector is not None:
+                vectors.append((model_id, chunk.text_hash, _blob(chunk.vector)))
+    return documents, chunks, texts, vectors
 
 
 @contextmanager
