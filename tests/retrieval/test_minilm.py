@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ragloop.core.errors import ConfigError
-from ragloop.retrieval.embedders import OPTIMISE_AFTER, MiniLMEmbedder
+from ragloop.retrieval.embedders import OPTIMISE_AFTER, QUERY_CALL_TEXTS, MiniLMEmbedder
 
 TEXTS = [
     "lru_cache",
@@ -73,6 +73,14 @@ def test_a_long_lived_process_switches_to_the_optimised_session_with_the_same_ve
     embedder._optimising.join(timeout=120)
     assert embedder._session is not first
     assert np.allclose(np.asarray(embedder.embed(TEXTS[:6])), before, atol=1e-5)
+
+
+def test_embedding_batches_of_chunks_never_builds_the_optimised_session():
+    # an ingest calls with hundreds of texts: the second session would only add memory
+    embedder = MiniLMEmbedder(threads=1)
+    for _ in range(OPTIMISE_AFTER + 1):
+        embedder.embed(["a chunk of text"] * (QUERY_CALL_TEXTS + 1))
+    assert embedder._optimising is None
 
 
 class RecordingSession:
