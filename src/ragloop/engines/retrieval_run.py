@@ -318,8 +318,8 @@ class Run:
         True when the chunk is new to the evidence."""
         places = self.places.get(chunk.id)
         if places is None:
-            self.found[chunk.id] = chunk
-            self.places[chunk.id] = {route: rank}  # dicts keep insertion: discovery order
+            self.found[chunk.id] = chunk  # in discovery order, which breaks ties in _ranked
+            self.places[chunk.id] = {route: rank}
             return True
         places[route] = min(rank, places.get(route, rank))
         return False
