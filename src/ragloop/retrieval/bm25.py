@@ -49,14 +49,19 @@ def term_frequencies(text: str) -> Counter[str]:
     return Counter(analyze(text))
 
 
-def batch_term_frequencies(texts: Sequence[str]) -> list[Counter[str]]:
-    """``term_frequencies`` of each text, stemming each distinct word of the batch once
-    (PyStemmer remembers recent words too). The per-token work runs in C (``map``,
-    ``filterfalse``, ``Counter``), not in Python loops: counting terms is about a third of an
-    ingest's time."""
+def batch_term_frequencies(
+    texts: Sequence[str], stems: dict[str, str] | None = None
+) -> list[Counter[str]]:
+    """``term_frequencies`` of each text, stemming each distinct word of the batch once, or
+    never again when ``stems`` (word -> stem) already holds it (a caller that counts many
+    batches keeps it: stemming was half of counting, PyStemmer's own cache holds 10,000 words).
+    The per-token work runs in C (``map``, ``filterfalse``, ``Counter``), not in Python loops:
+    counting terms is about a third of an ingest's time."""
     words = [tokenize(text) for text in texts]
-    distinct = list(set().union(*words).difference(STOPWORDS))
-    stems = dict(zip(distinct, stem_words(distinct), strict=True))
+    if stems is None:
+        stems = {}
+    new = [w for w in set().union(*words).difference(STOPWORDS) if w not in stems]
+    stems.update(zip(new, stem_words(new), strict=True))
     return [Counter(map(stems.__getitem__, filterfalse(STOPWORDS.__contains__, w))) for w in words]
 
 
@@ -73,6 +78,25 @@ def pack(frequencies: dict[str, int], term_ids: dict[str, int]) -> bytes:
     ids = np.fromiter(map(term_ids.__getitem__, frequencies), dtype=np.uint32, count=size)
     counts = np.fromiter(frequencies.values(), dtype=np.uint32, count=size)
     return ids.tobytes() + counts.tobytes()
+
+
+def pack_batch(
+    texts: Sequence[str], stems: dict[str, str] | None = None
+) -> tuple[list[str], list[bytes]]:
+    """Term frequencies of many texts, compact for another process to store: the distinct
+    terms, and each text's frequencies as :func:`pack` writes them with the terms' positions
+    in that list for ids (tuples of bytes cross processes many times faster than dicts)."""
+    counts = batch_term_frequencies(texts, stems)
+    terms = list(set().union(*counts))
+    positions = {term: i for i, term in enumerate(terms)}
+    return terms, [pack(found, positions) for found in counts]
+
+
+def renumber(blob: bytes, ids: npt.NDArray[np.uint32]) -> bytes:
+    """A blob :func:`pack_batch` wrote, with each term's position replaced by its id
+    (``ids``: the ids of its list of terms, in order)."""
+    positions, counts = unpack(blob)
+    return ids[positions].tobytes() + counts.tobytes()
 
 
 def unpack(blob: bytes) -> Postings:

@@ -11,15 +11,25 @@ vectors there are.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import multiprocessing
+import os
+import signal
+import sys
 import time
+import traceback
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import chunk_id
+from ragloop.retrieval.bm25 import pack_batch
 from ragloop.retrieval.chunking import ChunkingConfig, chunk_document
 from ragloop.retrieval.ingest import (
     IngestProgress,
@@ -65,6 +75,9 @@ class Item(Protocol):
     @property
     def shown(self) -> str: ...  # how the report names it when it is skipped
 
+    @property
+    def size(self) -> int: ...  # bytes read (a file) or characters given (a text), about
+
     def read(self) -> str: ...
     def parse(self) -> tuple[ParsedDocument, dict[str, Any]]: ...
 
@@ -87,6 +100,10 @@ class FileItem:
     def shown(self) -> str:
         return printable(self.path)
 
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
     def read(self) -> str:
         self.data = read_file(self.path, max_bytes=self.max_bytes)
         return raw_hash(self.data)
@@ -104,10 +121,15 @@ class TextItem:
     parsed: Callable[[], ParsedDocument]
     metadata: dict[str, Any] = field(default_factory=dict)
     fingerprint: dict[str, Any] | None = None
+    length: int = 0  # of the text
 
     @property
     def shown(self) -> str:
         return printable(self.source)
+
+    @property
+    def size(self) -> int:
+        return self.length
 
     def read(self) -> str:
         return self.digest
@@ -131,6 +153,10 @@ class Progress:
         self.update(**counts)
 
     def update(self, **changes: Any) -> None:
+        if self.callback is None:  # nobody to tell: keep the counts (a new state a document
+            for key, value in changes.items():  # was 8% of an ingest's writer)
+                setattr(self.state, key, value)
+            return
         state = self.state.model_copy(update=changes)
         now = time.perf_counter()
         spent = now - self.phase_started
@@ -143,8 +169,7 @@ class Progress:
         state.eta_s = (total - done) / rate if rate and total >= done else None
         state.elapsed_s = now - self.started
         self.state = state
-        if self.callback is not None:
-            self.callback(state)
+        self.callback(state)
 
 
 @dataclass
@@ -153,6 +178,29 @@ class _Prepared:
     chunks: list[ChunkRecord]
     names: list[tuple[str, str, str]]  # (name, target chunk id, document key)
     replaced: bool
+
+
+@dataclass
+class _Parsed:
+    """A document parsed and chunked (in a worker process or in the writer's)."""
+
+    shown: str
+    doc: DocumentRecord
+    chunks: list[ChunkRecord]
+    names: list[tuple[str, str, str]]
+
+
+@dataclass
+class _Failed:
+    """A document that could not be parsed: the reason, and the traceback of a surprise (the
+    writer logs it: a worker process's log goes nowhere)."""
+
+    shown: str
+    reason: str
+    details: str = ""
+
+
+Outcome = _Parsed | _Failed
 
 
 def unchanged_by_fingerprint(stored: DocumentRecord, item: Item, signature: str) -> bool:
@@ -174,29 +222,40 @@ def store_text(
     cached_model: str | None,
     report: IngestReport,
     progress: Progress,
+    workers: int | None = None,
 ) -> None:
     """Phase one: read, chunk and store what changed (a transaction per ``WRITE_BATCH``
     chunks). Vectors of ``cached_model`` already in the embedding cache are attached on the
-    way."""
+    way. Documents are parsed, chunked and their terms counted by ``workers`` processes
+    (default :func:`ingest_workers`) once there are more than ``PARALLEL_AFTER``; this
+    process reads, decides what changed and writes, in the order the items came."""
     known = {doc.source: doc for doc in store.documents(collection)}
-    # the names of the stored documents, read when the first changed document is written (an
-    # unchanged folder never needs them; loading them was most of its re-ingest)
-    names = _LinkNames(store) if link_titles else None
-    pending: list[_Prepared] = []
-    pending_sources: set[str] = set()
-    pending_chunks = 0
+    batches = _Batches(store, link_titles, cached_model, report, progress)
     refreshed: dict[str, dict[str, Any]] = {}  # fingerprints of files read and found unchanged
+
+    def settle(outcomes: list[Outcome]) -> None:
+        for outcome in outcomes:
+            _settle(outcome, store, known, batches, report)
+
     count = 0  # items seen (``files_total`` is 0 when the caller could not count them)
-    for count, item in enumerate(items, 1):
-        progress.update(files_done=count - 1, source=item.source)
-        stored = known.get(item.source)
-        if stored is not None and unchanged_by_fingerprint(stored, item, signature):
-            report.unchanged += 1
-            continue
-        try:
-            if storable(item.source) != item.source:
-                raise SkipFile("the name is not valid UTF-8")
-            doc_hash = f"{item.read()}:{signature}"
+    with _Preparer(collection, chunking, ingest_workers() if workers is None else workers) as prep:
+        for count, item in enumerate(items, 1):
+            progress.update(files_done=count - 1, source=item.source)
+            stored = known.get(item.source)
+            if stored is not None and unchanged_by_fingerprint(stored, item, signature):
+                report.unchanged += 1
+                continue
+            try:
+                if storable(item.source) != item.source:
+                    raise SkipFile("the name is not valid UTF-8")
+                doc_hash = f"{item.read()}:{signature}"
+            except SkipFile as reason:
+                report.skipped.append((item.shown, str(reason)))
+                continue
+            except Exception as error:  # one document's surprise never costs the others
+                logger.warning("could not ingest %s", item.shown, exc_info=True)
+                report.skipped.append((item.shown, f"{type(error).__name__}: {error}"))
+                continue
             if (
                 stored is not None
                 and stored.content_hash == doc_hash
@@ -209,49 +268,111 @@ def store_text(
                 if item.fingerprint is not None:  # the same bytes: remember the new times
                     refreshed[item.source] = item.fingerprint
                 continue
-            parsed, metadata = item.parse()
-            replaced = stored is not None
-            if stored is None and "root" in metadata:  # stored by its absolute path before
-                legacy = str(Path(str(metadata["root"])) / item.source)
-                if legacy in known:
-                    store.delete_document(legacy, collection)
-                    replaced = True
-            parsed, metadata = storable_document(parsed), storable(metadata)
-            record = DocumentRecord(collection, item.source, parsed.title, doc_hash, metadata)
-            prepared = _prepare(record, parsed, chunking, replaced)
-        except SkipFile as reason:
-            report.skipped.append((item.shown, str(reason)))
-            continue
-        except StoreError:
-            raise
-        except Exception as error:  # one document's surprise never costs the others
-            logger.warning("could not ingest %s", item.shown, exc_info=True)
-            report.skipped.append((item.shown, f"{type(error).__name__}: {error}"))
-            continue
-        if not prepared.chunks:  # a heading and nothing under it: nothing to search
-            report.skipped.append((item.shown, "no text to index beyond its headings"))
-            if stored is not None:  # its earlier version no longer stands
-                report.removed += store.delete_document(item.source, collection)
-            continue
-        if item.source in pending_sources:  # the same source again: write the first one
-            _write(store, pending, names, cached_model, report, progress)
-            pending, pending_sources, pending_chunks = [], set(), 0
-        pending.append(prepared)
-        pending_sources.add(item.source)
-        pending_chunks += len(prepared.chunks)
-        if pending_chunks >= WRITE_BATCH:
-            _write(store, pending, names, cached_model, report, progress)
-            pending, pending_sources, pending_chunks = [], set(), 0
-    _write(store, pending, names, cached_model, report, progress)
+            settle(prep.add(item, doc_hash))
+        settle(prep.finish())
+    batches.write()
     update_metadata = getattr(store, "update_document_metadata", None)
     if refreshed and update_metadata is not None:
         update_metadata(collection, refreshed)
     progress.update(files_done=max(progress.state.files_total, count), source="")
 
 
-def _prepare(
-    doc: DocumentRecord, parsed: ParsedDocument, chunking: ChunkingConfig, replaced: bool
-) -> _Prepared:
+def _settle(
+    outcome: Outcome,
+    store: Store,
+    known: dict[str, DocumentRecord],
+    batches: _Batches,
+    report: IngestReport,
+) -> None:
+    """What the writer does with a document once it is parsed: report it, or queue it for
+    writing (replacing its earlier version)."""
+    if isinstance(outcome, _Failed):
+        if outcome.details:
+            logger.warning("could not ingest %s\n%s", outcome.shown, outcome.details)
+        report.skipped.append((outcome.shown, outcome.reason))
+        return
+    doc = outcome.doc
+    stored = known.get(doc.source)
+    replaced = stored is not None
+    if stored is None and "root" in doc.metadata:  # stored by its absolute path before
+        legacy = str(Path(str(doc.metadata["root"])) / doc.source)
+        if legacy in known:
+            store.delete_document(legacy, doc.collection)
+            replaced = True
+    if not outcome.chunks:  # a heading and nothing under it: nothing to search
+        report.skipped.append((outcome.shown, "no text to index beyond its headings"))
+        if stored is not None:  # its earlier version no longer stands
+            report.removed += store.delete_document(doc.source, doc.collection)
+        return
+    batches.add(_Prepared(doc, outcome.chunks, outcome.names, replaced))
+
+
+class _Batches:
+    """Documents waiting to be written together: a transaction per ``WRITE_BATCH`` chunks."""
+
+    def __init__(
+        self,
+        store: Store,
+        link_titles: bool,
+        cached_model: str | None,
+        report: IngestReport,
+        progress: Progress,
+    ) -> None:
+        self.store, self.cached_model = store, cached_model
+        self.report, self.progress = report, progress
+        # the names of the stored documents, read when the first changed document is written
+        # (an unchanged folder never needs them; loading them was most of its re-ingest)
+        self.names = _LinkNames(store) if link_titles else None
+        self.pending: list[_Prepared] = []
+        self.sources: set[str] = set()
+        self.chunks = 0
+
+    def add(self, prepared: _Prepared) -> None:
+        if prepared.doc.source in self.sources:  # the same source again: write the first one
+            self.write()
+        self.pending.append(prepared)
+        self.sources.add(prepared.doc.source)
+        self.chunks += len(prepared.chunks)
+        if self.chunks >= WRITE_BATCH:
+            self.write()
+
+    def write(self) -> None:
+        _write(self.store, self.pending, self.names, self.cached_model, self.report, self.progress)
+        self.pending, self.sources, self.chunks = [], set(), 0
+
+
+def prepare_documents(
+    jobs: Sequence[tuple[Item, str]], collection: str, chunking: ChunkingConfig, count_terms: bool
+) -> list[Outcome]:
+    """Parse and chunk documents given with their hashes (what a worker process runs); with
+    ``count_terms``, also count each chunk's keyword terms, the writer's largest cost."""
+    outcomes = [_parse(item, doc_hash, collection, chunking) for item, doc_hash in jobs]
+    if count_terms:
+        if len(_worker_stems) > WORKER_STEMS:
+            _worker_stems.clear()
+        chunks = [c for o in outcomes if isinstance(o, _Parsed) for c in o.chunks]
+        terms, packed = pack_batch([c.index_text for c in chunks], _worker_stems)
+        for chunk, blob in zip(chunks, packed, strict=True):
+            chunk.counted_terms = (terms, blob)
+    return outcomes
+
+
+def _parse(item: Item, doc_hash: str, collection: str, chunking: ChunkingConfig) -> Outcome:
+    try:
+        parsed, metadata = item.parse()
+        parsed, metadata = storable_document(parsed), storable(metadata)
+        doc = DocumentRecord(collection, item.source, parsed.title, doc_hash, metadata)
+        chunks, names = _chunk(doc, parsed, chunking)
+    except SkipFile as reason:
+        return _Failed(item.shown, str(reason))
+    except Exception as error:  # one document's surprise never costs the others
+        return _Failed(item.shown, f"{type(error).__name__}: {error}", traceback.format_exc())
+    return _Parsed(item.shown, doc, chunks, names)
+
+
+def _chunk(
+    doc: DocumentRecord, parsed: ParsedDocument, chunking: ChunkingConfig
+) -> tuple[list[ChunkRecord], list[tuple[str, str, str]]]:
     drafts = chunk_document(parsed, chunking)
     doc_key = f"{doc.collection}\0{doc.source}"
     chunks: list[ChunkRecord] = []
@@ -272,8 +393,135 @@ def _prepare(
         )
         chunks.append(record)
     targets = document_names(doc.title, ((c.id, c.heading_path) for c in chunks))
-    names = [(name, target, doc_key) for name, target in targets]
-    return _Prepared(doc, chunks, names, replaced)
+    return chunks, [(name, target, doc_key) for name, target in targets]
+
+
+def ingest_workers() -> int:
+    """Worker processes an ingest starts beside the writer: one a core, at most
+    ``MAX_WORKERS``, none on one core, and only on Linux, where they are forked (a spawned
+    worker imports the caller's script again, which a script without ``if __name__ ==
+    "__main__"`` does not survive; forking is unsafe on macOS). As many workers as cores,
+    not one fewer: the writer waits on SQLite often enough that on 2 cores 2 workers stored
+    3,300 chunks a second and 1 worker 2,700 (BENCHMARKS.md)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    cores = len(os.sched_getaffinity(0))
+    return min(cores, MAX_WORKERS) if cores > 1 else 0
+
+
+MAX_WORKERS = 4  # beyond this the writer (SQLite, one process) is the limit
+# the stems a worker process remembers (its life is one ingest): a job's words are mostly
+# stemmed before, and stemming them again was half of counting them
+_worker_stems: dict[str, str] = {}
+WORKER_STEMS = 1_000_000  # words, about 100 MB; then it starts again
+PARALLEL_AFTER = 2_000  # documents parsed in the writer's process before workers start
+JOB_DOCUMENTS = 1024  # documents sent to a worker at once
+JOB_BYTES = 1 << 20  # ... or fewer, when they are this large
+IN_FLIGHT = 2  # jobs a worker may have waiting (bounds the documents held in memory)
+
+
+class _Preparer:
+    """Parses and chunks documents, handing them back in the order they came: in this
+    process until ``PARALLEL_AFTER`` documents (a small ingest never starts a process), then
+    in worker processes, a job of documents at a time. When a worker dies (killed, out of
+    memory) or a job cannot reach it, its documents are parsed here and the rest too."""
+
+    def __init__(self, collection: str, chunking: ChunkingConfig, workers: int) -> None:
+        self.collection, self.chunking, self.workers = collection, chunking, workers
+        self.seen = 0
+        self.job: list[tuple[Item, str]] = []
+        self.job_bytes = 0
+        self.running: deque[tuple[list[tuple[Item, str]], Future[list[Outcome]]]] = deque()
+        self.pool: ProcessPoolExecutor | None = None
+
+    def add(self, item: Item, doc_hash: str) -> list[Outcome]:
+        """The outcomes finished by now (in order), this document's or earlier ones."""
+        self.seen += 1
+        if self.pool is None and (self.workers < 1 or self.seen <= PARALLEL_AFTER):
+            return self._here([(item, doc_hash)])
+        self.job.append((item, doc_hash))
+        self.job_bytes += item.size
+        if len(self.job) < JOB_DOCUMENTS and self.job_bytes < JOB_BYTES:
+            return []
+        return self._send(waiting=IN_FLIGHT * self.workers)
+
+    def finish(self) -> list[Outcome]:
+        """Every outcome still to come."""
+        return self._send(waiting=0)
+
+    def _here(self, job: list[tuple[Item, str]]) -> list[Outcome]:
+        return prepare_documents(job, self.collection, self.chunking, count_terms=False)
+
+    def _send(self, *, waiting: int) -> list[Outcome]:
+        """Send the job to a worker, then hand back the outcomes finished while more than
+        ``waiting`` jobs are under way (all of them when there are no workers)."""
+        job, self.job, self.job_bytes = self.job, [], 0
+        if job and self.pool is None and self.workers > 0:
+            self.pool = self._start()
+        if job and self.pool is not None:
+            try:
+                future = self.pool.submit(
+                    prepare_documents, job, self.collection, self.chunking, True
+                )
+            except Exception:  # a worker died since the last job
+                self._failed()
+            else:
+                self.running.append((job, future))
+                job = []
+        done: list[Outcome] = []
+        while len(self.running) > (waiting if self.pool is not None else 0):
+            done += self._collect()
+        return done + self._here(job)  # a job no worker took comes after the earlier ones
+
+    def _start(self) -> ProcessPoolExecutor | None:
+        try:
+            return ProcessPoolExecutor(
+                self.workers,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_worker_started,
+                initargs=(os.getpid(),),
+            )
+        except (OSError, ValueError):  # no processes here (limits, a sandbox): parse here
+            logger.warning("could not start ingest workers; parsing in this process", exc_info=True)
+            self.workers = 0
+            return None
+
+    def _collect(self) -> list[Outcome]:
+        job, future = self.running.popleft()
+        try:
+            return future.result()
+        except Exception:  # prepare_documents keeps each document's errors: this is the pool's
+            self._failed()
+            return self._here(job)
+
+    def _failed(self) -> None:
+        if self.pool is not None:  # said once: the jobs under way fail with it
+            logger.warning("an ingest worker failed; parsing in this process", exc_info=True)
+        self._stop()
+
+    def _stop(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+        self.pool, self.workers = None, 0
+
+    def __enter__(self) -> _Preparer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+
+def _worker_started(writer: int) -> None:
+    # Ctrl-C reaches the whole process group: the writer stops the ingest, not each worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a writer killed outright (kill -9) takes its workers with it instead of orphaning them
+    with contextlib.suppress(OSError, AttributeError):  # no prctl: the pool's shutdown stands
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != writer:  # the writer died before the line above took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def _write(

@@ -264,7 +264,11 @@ class KnowledgeBase:
                 text = f"{document.title}\0{document.text}".encode("utf-8", "surrogatepass")
                 digest = hashlib.sha256(text).hexdigest()
                 yield TextItem(
-                    document.source, digest, partial(_parse_text, document), document.metadata
+                    document.source,
+                    digest,
+                    partial(_parse_text, document),
+                    document.metadata,
+                    length=len(document.text),
                 )
 
         total = len(documents) if isinstance(documents, Sized) else 0

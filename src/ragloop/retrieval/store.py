@@ -76,6 +76,10 @@ class ChunkRecord:
     text_hash: str
     metadata: dict[str, Any] = field(default_factory=dict)
     vector: Sequence[float] | npt.NDArray[np.float32] | None = None
+    # the keyword terms of ``index_text`` counted by an ingest's worker process: the terms
+    # of its batch, and this chunk's frequencies (``bm25.pack_batch``); a store that indexes
+    # terms counts them itself otherwise
+    counted_terms: tuple[list[str], bytes] | None = None
 
 
 @dataclass(frozen=True)

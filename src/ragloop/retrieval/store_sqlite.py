@@ -45,6 +45,7 @@ from ragloop.retrieval.bm25 import (
     batch_term_frequencies,
     block,
     pack,
+    renumber,
     term_frequencies,
     unpack,
 )
@@ -439,6 +440,25 @@ class SQLiteStore:
             self._vocabulary.update(rows)
         return {t: self._vocabulary[t] for t in wanted if t in self._vocabulary}
 
+    def _packed_terms(self, conn: sqlite3.Connection, chunks: list[ChunkRecord]) -> list[bytes]:
+        """Each chunk's term frequencies packed with this store's term ids: counted here, or
+        renumbered from the ingest worker's count."""
+        counts = batch_term_frequencies([c.index_text for c in chunks if c.counted_terms is None])
+        # a worker's list of terms is shared by the chunks it counted together
+        lists = {id(c.counted_terms[0]): c.counted_terms[0] for c in chunks if c.counted_terms}
+        ids = self._term_ids(conn, set().union(*counts, *lists.values()), add=True)
+        numbered = {
+            key: np.fromiter(map(ids.__getitem__, terms), dtype=np.uint32, count=len(terms))
+            for key, terms in lists.items()
+        }
+        counted = iter([pack(found, ids) for found in counts])
+        return [
+            next(counted)
+            if c.counted_terms is None
+            else renumber(c.counted_terms[1], numbered[id(c.counted_terms[0])])
+            for c in chunks
+        ]
+
     def _pack(self, conn: sqlite3.Connection, text: str) -> bytes:
         frequencies = term_frequencies(text)
         ids = self._term_ids(conn, frequencies, add=True)
@@ -490,9 +510,7 @@ class SQLiteStore:
         batch = list(latest.values())
         with self._write() as conn:
             model = self._model(conn)
-            counts = batch_term_frequencies([c.index_text for _, chunks in batch for c in chunks])
-            ids = self._term_ids(conn, set().union(*counts), add=True)
-            packed = iter([pack(found, ids) for found in counts])
+            packed = iter(self._packed_terms(conn, [c for _, chunks in batch for c in chunks]))
             self._delete_ids(conn, self._document_ids(conn, list(latest)))
             # the row numbers SQLite would give, chosen here so each table's rows go in together
             (document_id,) = conn.execute("SELECT coalesce(max(id), 0) FROM documents").fetchone()
