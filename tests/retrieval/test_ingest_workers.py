@@ -1,4 +1,4 @@
-"""Ingest with worker processes (issue 20): past ``PARALLEL_AFTER`` documents, workers parse,
+"""Ingest with worker processes (issue 20): past ``PARALLEL_AFTER`` bytes, workers parse,
 chunk and count terms while this process writes. What is stored is exactly what one process
 stores; a document a worker cannot parse is skipped with its reason; a worker that dies costs
 nothing; a writer killed outright leaves a sound file and no orphaned workers."""
@@ -30,9 +30,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def workers(monkeypatch):
-    """Two workers from the third document on, four documents a job."""
+    """Two workers past the first 100 bytes, four documents a job."""
     monkeypatch.setattr(ingest_run, "ingest_workers", lambda: 2)
-    monkeypatch.setattr(ingest_run, "PARALLEL_AFTER", 2)
+    monkeypatch.setattr(ingest_run, "PARALLEL_AFTER", 100)
     monkeypatch.setattr(ingest_run, "JOB_DOCUMENTS", 4)
     monkeypatch.setattr(ingest_run, "WRITE_BATCH", 8)
 
@@ -77,7 +77,7 @@ def test_workers_store_exactly_what_one_process_stores(tmp_path, monkeypatch, al
     one = KnowledgeBase(tmp_path / "one.sqlite", embedder=HashEmbedder(32))
     expected = one.add_documents(documents(60))
     monkeypatch.setattr(ingest_run, "ingest_workers", lambda: 2)
-    monkeypatch.setattr(ingest_run, "PARALLEL_AFTER", 2)
+    monkeypatch.setattr(ingest_run, "PARALLEL_AFTER", 100)
     monkeypatch.setattr(ingest_run, "JOB_DOCUMENTS", 4)
     many = KnowledgeBase(tmp_path / "many.sqlite", embedder=HashEmbedder(32))
     report = many.add_documents(documents(60))
@@ -187,7 +187,7 @@ def test_a_writer_killed_with_its_workers_running_leaves_a_sound_file_and_no_orp
         from ragloop.retrieval import ingest_run
         from ragloop import Document, KnowledgeBase
         ingest_run.ingest_workers = lambda: 2
-        ingest_run.PARALLEL_AFTER, ingest_run.JOB_DOCUMENTS, ingest_run.WRITE_BATCH = 10, 8, 16
+        ingest_run.PARALLEL_AFTER, ingest_run.JOB_DOCUMENTS, ingest_run.WRITE_BATCH = 1000, 8, 16
         kb = KnowledgeBase({str(db)!r}, embedder="hash")
         docs = (Document(text=f"Tent {{i}}. " * 50, source=f"d{{i}}") for i in range(3000))
         def progress(state):

@@ -222,13 +222,12 @@ def store_text(
     cached_model: str | None,
     report: IngestReport,
     progress: Progress,
-    workers: int | None = None,
 ) -> None:
     """Phase one: read, chunk and store what changed (a transaction per ``WRITE_BATCH``
     chunks). Vectors of ``cached_model`` already in the embedding cache are attached on the
-    way. Documents are parsed, chunked and their terms counted by ``workers`` processes
-    (default :func:`ingest_workers`) once there are more than ``PARALLEL_AFTER``; this
-    process reads, decides what changed and writes, in the order the items came."""
+    way. Past ``PARALLEL_AFTER`` bytes of documents, worker processes (:func:`ingest_workers`) parse
+    and chunk them and count their terms; this process reads, decides what changed and
+    writes, in the order the items came."""
     known = {doc.source: doc for doc in store.documents(collection)}
     batches = _Batches(store, link_titles, cached_model, report, progress)
     refreshed: dict[str, dict[str, Any]] = {}  # fingerprints of files read and found unchanged
@@ -238,7 +237,8 @@ def store_text(
             _settle(outcome, store, known, batches, report)
 
     count = 0  # items seen (``files_total`` is 0 when the caller could not count them)
-    with _Preparer(collection, chunking, ingest_workers() if workers is None else workers) as prep:
+    count_terms = getattr(store, "uses_counted_terms", False)  # else a worker's count is waste
+    with _Preparer(collection, chunking, ingest_workers(), count_terms) as prep:
         for count, item in enumerate(items, 1):
             progress.update(files_done=count - 1, source=item.source)
             stored = known.get(item.source)
@@ -414,7 +414,7 @@ MAX_WORKERS = 4  # beyond this the writer (SQLite, one process) is the limit
 # stemmed before, and stemming them again was half of counting them
 _worker_stems: dict[str, str] = {}
 WORKER_STEMS = 1_000_000  # words, about 100 MB; then it starts again
-PARALLEL_AFTER = 2_000  # documents parsed in the writer's process before workers start
+PARALLEL_AFTER = 1 << 20  # bytes of documents parsed in the writer's process before workers
 JOB_DOCUMENTS = 1024  # documents sent to a worker at once
 JOB_BYTES = 1 << 20  # ... or fewer, when they are this large
 IN_FLIGHT = 2  # jobs a worker may have waiting (bounds the documents held in memory)
@@ -422,12 +422,15 @@ IN_FLIGHT = 2  # jobs a worker may have waiting (bounds the documents held in me
 
 class _Preparer:
     """Parses and chunks documents, handing them back in the order they came: in this
-    process until ``PARALLEL_AFTER`` documents (a small ingest never starts a process), then
+    process until ``PARALLEL_AFTER`` bytes (a small ingest never starts a process), then
     in worker processes, a job of documents at a time. When a worker dies (killed, out of
     memory) or a job cannot reach it, its documents are parsed here and the rest too."""
 
-    def __init__(self, collection: str, chunking: ChunkingConfig, workers: int) -> None:
+    def __init__(
+        self, collection: str, chunking: ChunkingConfig, workers: int, count_terms: bool
+    ) -> None:
         self.collection, self.chunking, self.workers = collection, chunking, workers
+        self.count_terms = count_terms
         self.seen = 0
         self.job: list[tuple[Item, str]] = []
         self.job_bytes = 0
@@ -436,7 +439,7 @@ class _Preparer:
 
     def add(self, item: Item, doc_hash: str) -> list[Outcome]:
         """The outcomes finished by now (in order), this document's or earlier ones."""
-        self.seen += 1
+        self.seen += item.size
         if self.pool is None and (self.workers < 1 or self.seen <= PARALLEL_AFTER):
             return self._here([(item, doc_hash)])
         self.job.append((item, doc_hash))
@@ -461,7 +464,7 @@ class _Preparer:
         if job and self.pool is not None:
             try:
                 future = self.pool.submit(
-                    prepare_documents, job, self.collection, self.chunking, True
+                    prepare_documents, job, self.collection, self.chunking, self.count_terms
                 )
             except Exception:  # a worker died since the last job
                 self._failed()

@@ -240,6 +240,8 @@ class _DenseIndex:
 class SQLiteStore:
     """A :class:`~ragloop.retrieval.store.Store` in one SQLite file (created if missing)."""
 
+    uses_counted_terms = True  # replace_documents stores ChunkRecord.counted_terms when given
+
     def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 30.0) -> None:
         self.path = Path(path)
         self._timeout_s = timeout_s
