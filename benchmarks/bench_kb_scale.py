@@ -23,6 +23,7 @@ model is measured on 1,000 chunks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -30,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +148,54 @@ def memory_mb() -> dict[str, float]:
     return fields
 
 
+class WorkerMemory:
+    """Samples the memory of this process's children (the ingest's workers) while it runs:
+    the most they held together privately, and the largest resident size of one (which
+    counts the pages a forked worker shares with its writer)."""
+
+    def __init__(self) -> None:
+        self.workers: set[int] = set()
+        self.private_mb = self.rss_mb = 0.0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> WorkerMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.2):
+            private = 0.0
+            for pid in _children():
+                fields = _rollup(pid)
+                if not fields:
+                    continue
+                self.workers.add(pid)
+                private += (fields["Private_Clean"] + fields["Private_Dirty"]) / 1024
+                self.rss_mb = max(self.rss_mb, fields["Rss"] / 1024)
+            self.private_mb = max(self.private_mb, private)
+
+
+def _children() -> set[int]:
+    found: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            found.update(int(pid) for pid in (task / "children").read_text().split())
+    return found
+
+
+def _rollup(pid: int) -> dict[str, int]:
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+    except OSError:  # gone meanwhile
+        return {}
+    return {key: int(value.split()[0]) for key, _, value in (x.partition(":") for x in lines)}
+
+
 def measure_ragloop(size: int, folder: str) -> dict[str, Any]:
     """Ingest and search in this process (the child): what the table reports for ragloop."""
     questions, passages = hotpot_pool()
@@ -155,7 +205,8 @@ def measure_ragloop(size: int, folder: str) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     kb = KnowledgeBase(Path(folder) / "kb.sqlite", embedder=embedder, link_titles=False)
     started = time.perf_counter()
-    kb.add_documents(synthetic_documents(size, passages))
+    with WorkerMemory() as workers:
+        kb.add_documents(synthetic_documents(size, passages))
     ingest_s = time.perf_counter() - started
     after_ingest = memory_mb()["VmRSS"]
     started = time.perf_counter()
@@ -175,6 +226,9 @@ def measure_ragloop(size: int, folder: str) -> dict[str, Any]:
         "rss_after_ingest": after_ingest,
         "file_mb": kb.stats().size_bytes / 1e6,  # type: ignore[operator]
         "load": (load_before, os.getloadavg()[0]),
+        "workers": len(workers.workers),
+        "workers_private_mb": workers.private_mb,
+        "worker_rss_mb": workers.rss_mb,
         **memory_mb(),
     }
     kb.close()
@@ -294,6 +348,11 @@ def run(size: int = 10_000, command: str = "make bench", real_vectors: int = 0) 
         "vectors it holds, for the 500 questions embedded by MiniLM. Above "
         f"{ann.MIN_VECTORS:,} vectors it is approximate (ragloop.retrieval.ann: the graph's "
         f"{ann.CANDIDATES} candidates ranked by their exact scores).",
+        "",
+        f"Ingest workers (ragloop.retrieval.ingest_run.ingest_workers): {ours['workers']}, "
+        f"holding at most {ours['workers_private_mb']:,.0f} MB of their own together (each "
+        f"one's resident size peaked at {ours['worker_rss_mb']:,.0f} MB, most of it pages it "
+        "shares with the writer it was forked from); the max RSS above is the writer's.",
         "",
         f"Load average of the machine (1 minute) when ragloop's process started and ended: "
         f"{ours['load'][0]:.1f} and {ours['load'][1]:.1f} (2 cores: above 2, other work "

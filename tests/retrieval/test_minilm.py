@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ragloop.core.errors import ConfigError
-from ragloop.retrieval.embedders import OPTIMISE_AFTER, MiniLMEmbedder
+from ragloop.retrieval.embedders import OPTIMISE_AFTER, QUERY_CALL_TEXTS, MiniLMEmbedder
 
 TEXTS = [
     "lru_cache",
@@ -75,20 +75,16 @@ def test_a_long_lived_process_switches_to_the_optimised_session_with_the_same_ve
     assert np.allclose(np.asarray(embedder.embed(TEXTS[:6])), before, atol=1e-5)
 
 
-def test_a_call_of_many_texts_runs_on_the_optimised_session_made_before_it():
-    # the plain session rebuilds its float weights in every run: many texts take less memory
-    # on the optimised one, and switching first never holds both with a grown arena
+def test_embedding_batches_of_chunks_never_builds_the_optimised_session():
+    # an ingest calls with hundreds of texts: the second session would only add memory
     embedder = MiniLMEmbedder(threads=1)
-    plain = embedder._session
-    before = np.asarray(MiniLMEmbedder(threads=1).embed(TEXTS[:6]))
-    vectors = np.asarray(embedder.embed(TEXTS[:6] * 3))  # 18 texts: more than a question call
-    assert embedder._optimising is not None and not embedder._optimising.is_alive()
-    assert embedder._session is not plain
-    assert np.allclose(vectors[:6], before, atol=1e-5)
+    for _ in range(OPTIMISE_AFTER + 1):
+        embedder.embed(["a chunk of text"] * (QUERY_CALL_TEXTS + 1))
+    assert embedder._optimising is None
 
 
 def test_a_lone_question_keeps_the_arena_it_grew():
-    # shrinking after a one-batch call made a lone question 3.5 times slower
+    # shrinking it after a call of one batch made a lone question 3.5 times slower
     embedder = MiniLMEmbedder(threads=1)
     embedder._session = recording = RecordingSession(embedder._session)
     embedder.embed(["lru_cache maxsize"])
@@ -110,8 +106,7 @@ class RecordingSession:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_last_batch_of_a_call_gives_back_the_memory_the_call_grew(threads):
-    embedder = MiniLMEmbedder(threads=threads, batch_size=4)
-    embedder._optimise(wait=True)  # made before the call (a call of many texts would make it)
+    embedder = MiniLMEmbedder(threads=threads, batch_size=4)  # first call: no session switch
     embedder._session = recording = RecordingSession(embedder._session)
     vectors = embedder.embed(TEXTS)
     assert len(recording.shrinks) > 1

@@ -58,9 +58,10 @@ def _normalise(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return normalised
 
 
-OPTIMISE_AFTER = 3  # calls of questions after which a process is taken to be long-lived
-# a call of at most this many texts is a call of questions; a larger one (chunks, a batch of
-# questions) runs on the optimised session, made before its first batch (see ``embed``)
+OPTIMISE_AFTER = 3  # MiniLM calls after which a process is taken to be long-lived
+# calls of at most this many texts count towards it (questions): the optimised session makes a
+# lone question 3 times faster but batches of chunks barely faster, and building it beside the
+# plain session raised the peak memory of embedding the Python docs from about 400 to 573 MB
 QUERY_CALL_TEXTS = 16
 
 
@@ -131,7 +132,7 @@ class MiniLMEmbedder:
         self._tokenizer.enable_truncation(self.max_length)
         self._tokenizer.no_padding()  # the file pads to 128; batches are padded here instead
         self._session = self._new_session(optimised=False)
-        self._calls = 0  # calls of questions so far
+        self._calls = 0
         self._optimising: threading.Thread | None = None
         self._counting = threading.Lock()
 
@@ -147,9 +148,8 @@ class MiniLMEmbedder:
         options.log_severity_level = 3
         # ONNX Runtime's graph rewrites change nothing in the vectors and little for batches of
         # chunks, but a lone question embeds in 4 ms instead of 13; they make loading the model
-        # take 0.2 s instead of 0.04, so a process starts without them; a long-lived one
-        # (that embeds again and again) switches to an optimised session made meanwhile, and a
-        # call of many texts makes it before its first batch (see ``embed``)
+        # take 0.2 s instead of 0.04, so a process starts without them and a long-lived one
+        # (that embeds again and again) switches to an optimised session made meanwhile
         levels = ort.GraphOptimizationLevel
         level = levels.ORT_ENABLE_ALL if optimised else levels.ORT_DISABLE_ALL
         options.graph_optimization_level = level
@@ -165,22 +165,12 @@ class MiniLMEmbedder:
         background."""
         with self._counting:
             self._calls += 1
-            due = self._calls >= OPTIMISE_AFTER
-        if due:
-            self._optimise(wait=False)
-
-    def _optimise(self, *, wait: bool) -> None:
-        """Switch to the optimised session (once), made in a thread of its own; with
-        ``wait``, return once it serves."""
-        with self._counting:
-            if self._optimising is None:
-                self._optimising = threading.Thread(
-                    target=self._switch_to_optimised, name="ragloop-minilm-optimise"
-                )
-                self._optimising.start()
-            thread = self._optimising
-        if wait:
-            thread.join()
+            if self._calls < OPTIMISE_AFTER or self._optimising is not None:
+                return
+            self._optimising = threading.Thread(
+                target=self._switch_to_optimised, name="ragloop-minilm-optimise"
+            )
+        self._optimising.start()
 
     def _switch_to_optimised(self) -> None:
         try:
@@ -192,10 +182,10 @@ class MiniLMEmbedder:
 
     def _run(self, encodings: Sequence[Any], *, last: bool = False) -> npt.NDArray[np.float32]:
         """Embed one batch. The ``last`` batch of a call of several gives back the memory
-        ONNX Runtime grew for the call's batches (about 90 MB after a few hundred questions at
-        once, held for good otherwise); doing it after every batch cost 10% of the speed, and
-        after a lone question's made it 3.5 times slower on the plain session (25 -> 90 ms),
-        which rebuilds its weights in every run."""
+        ONNX Runtime grew for the call's batches (about 250 MB after a few hundred questions
+        at once, held for good otherwise); doing it after every batch cost 10% of the speed,
+        and after a lone question's made one 3.5 times slower on the plain session (25 -> 90
+        ms), which turns its int8 weights into float32 in every run."""
         width = max((len(e.ids) for e in encodings), default=1)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -227,13 +217,6 @@ class MiniLMEmbedder:
             return []
         if len(texts) <= QUERY_CALL_TEXTS:
             self._count_call()
-        else:
-            # the plain session turns its int8 weights into float32 in every run (about 90 MB
-            # for each run under way), where the optimised one holds them so once: many texts
-            # take less memory there at the same speed, and switching before the first batch
-            # never holds both sessions with a grown arena (a process embedding 500 questions
-            # then searching peaked at 677 MB with 100,000 chunks, now 588)
-            self._optimise(wait=True)
         encodings = self._tokenizer.encode_batch(list(texts))
         batches = self.batches([len(e.ids) for e in encodings])
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
