@@ -5,10 +5,12 @@ nothing; a writer killed outright leaves a sound file and no orphaned workers.""
 
 from __future__ import annotations
 
+import json
 import logging
 import multiprocessing
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -218,3 +220,56 @@ def test_a_writer_killed_with_its_workers_running_leaves_a_sound_file_and_no_orp
     assert 300 <= documents < 3000
     assert chunks == documents
     store.close()
+
+
+def stored_documents(path: str) -> int:
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            return int(conn.execute("SELECT count(*) FROM documents").fetchone()[0])
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+def test_ctrl_c_stops_the_ingest_its_workers_included_and_running_again_resumes(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(6000):
+        (docs / f"note-{i:04}.md").write_text(f"# Note {i}\n\n" + f"Tent {i} sleeps two. " * 30)
+    kb = str(tmp_path / "kb.sqlite")
+    prelude = textwrap.dedent(
+        """
+        import sys
+        from ragloop.retrieval import ingest_run
+        ingest_run.ingest_workers = lambda: 2
+        ingest_run.PARALLEL_AFTER, ingest_run.JOB_DOCUMENTS, ingest_run.WRITE_BATCH = 1000, 8, 16
+        from ragloop.cli import main
+        sys.argv[0] = "ragloop"
+        main()
+        """
+    )
+    command = [sys.executable, "-c", prelude, "ingest", str(docs), "--kb", kb, "--embedder",
+               "none", "--json"]  # fmt: skip
+    # Ctrl-C in a terminal signals the whole process group: the writer and its workers
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True) as p:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and stored_documents(kb) < 200:
+            time.sleep(0.05)  # well into the ingest, workers running
+        workers = children(p.pid)
+        os.killpg(p.pid, signal.SIGINT)
+        _, stderr = p.communicate(timeout=60)
+    assert len(workers) == 2
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted:" in stderr
+    assert not any(alive(pid) for pid in workers)
+    again = [sys.executable, "-m", "ragloop", *command[3:]]
+    resumed = subprocess.run(
+        again,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["unchanged"] + report["added"] == 6000
+    assert report["unchanged"] > 0

@@ -225,8 +225,8 @@ def store_text(
 ) -> None:
     """Phase one: read, chunk and store what changed (a transaction per ``WRITE_BATCH``
     chunks). Vectors of ``cached_model`` already in the embedding cache are attached on the
-    way. Past ``PARALLEL_AFTER`` bytes of documents, worker processes (:func:`ingest_workers`) parse
-    and chunk them and count their terms; this process reads, decides what changed and
+    way. Past ``PARALLEL_AFTER`` bytes of documents, worker processes (:func:`ingest_workers`)
+    parse and chunk them and count their terms; this process reads, decides what changed and
     writes, in the order the items came."""
     known = {doc.source: doc for doc in store.documents(collection)}
     batches = _Batches(store, link_titles, cached_model, report, progress)
@@ -401,8 +401,9 @@ def ingest_workers() -> int:
     ``MAX_WORKERS``, none on one core, and only on Linux, where they are forked (a spawned
     worker imports the caller's script again, which a script without ``if __name__ ==
     "__main__"`` does not survive; forking is unsafe on macOS). As many workers as cores,
-    not one fewer: the writer waits on SQLite often enough that on 2 cores 2 workers stored
-    3,300 chunks a second and 1 worker 2,700 (BENCHMARKS.md)."""
+    not one fewer: the writer waits on SQLite often enough that on 2 cores, at 50,000 chunks,
+    2 workers stored 3,300 to 3,550 chunks a second, 1 worker 2,600 to 2,900 and none 2,550
+    to 2,700."""
     if not sys.platform.startswith("linux"):
         return 0
     cores = len(os.sched_getaffinity(0))
@@ -413,9 +414,9 @@ MAX_WORKERS = 4  # beyond this the writer (SQLite, one process) is the limit
 # the stems a worker process remembers (its life is one ingest): a job's words are mostly
 # stemmed before, and stemming them again was half of counting them
 _worker_stems: dict[str, str] = {}
-WORKER_STEMS = 1_000_000  # words, about 100 MB; then it starts again
+WORKER_STEMS = 500_000  # words, about 100 MB; then it starts again
 PARALLEL_AFTER = 1 << 20  # bytes of documents parsed in the writer's process before workers
-JOB_DOCUMENTS = 1024  # documents sent to a worker at once
+JOB_DOCUMENTS = 256  # documents sent to a worker at once
 JOB_BYTES = 1 << 20  # ... or fewer, when they are this large
 IN_FLIGHT = 2  # jobs a worker may have waiting (bounds the documents held in memory)
 
