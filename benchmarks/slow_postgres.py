@@ -1,4 +1,4 @@
-"""bench_postgres.py at 100k chunks (about 35 minutes here, most of it ingesting into both
+"""bench_postgres.py at 100k chunks (about 19 minutes here, most of it ingesting into both
 stores): `python benchmarks/run.py --slow`."""
 
 from __future__ import annotations
