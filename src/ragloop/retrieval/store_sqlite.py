@@ -42,9 +42,9 @@ from ragloop.retrieval.bm25 import (
     BM25Index,
     PostingsBlock,
     analyze,
-    batch_term_frequencies,
     block,
     pack,
+    pack_batch,
     renumber,
     term_frequencies,
     unpack,
@@ -443,23 +443,19 @@ class SQLiteStore:
         return {t: self._vocabulary[t] for t in wanted if t in self._vocabulary}
 
     def _packed_terms(self, conn: sqlite3.Connection, chunks: list[ChunkRecord]) -> list[bytes]:
-        """Each chunk's term frequencies packed with this store's term ids: counted here, or
-        renumbered from the ingest worker's count."""
-        counts = batch_term_frequencies([c.index_text for c in chunks if c.counted_terms is None])
-        # a worker's list of terms is shared by the chunks it counted together
-        lists = {id(c.counted_terms[0]): c.counted_terms[0] for c in chunks if c.counted_terms}
-        ids = self._term_ids(conn, set().union(*counts, *lists.values()), add=True)
+        """Each chunk's term frequencies packed with this store's term ids, from the ingest
+        worker's count (``counted_terms``) or counted here in the same form."""
+        terms, blobs = pack_batch([c.index_text for c in chunks if c.counted_terms is None])
+        here = iter(blobs)
+        counted = [c.counted_terms or (terms, next(here)) for c in chunks]
+        # a list of terms is shared by the chunks counted together
+        lists = {id(found[0]): found[0] for found in counted}
+        ids = self._term_ids(conn, set().union(*lists.values()), add=True)
         numbered = {
-            key: np.fromiter(map(ids.__getitem__, terms), dtype=np.uint32, count=len(terms))
-            for key, terms in lists.items()
+            key: np.fromiter(map(ids.__getitem__, words), dtype=np.uint32, count=len(words))
+            for key, words in lists.items()
         }
-        counted = iter([pack(found, ids) for found in counts])
-        return [
-            next(counted)
-            if c.counted_terms is None
-            else renumber(c.counted_terms[1], numbered[id(c.counted_terms[0])])
-            for c in chunks
-        ]
+        return [renumber(blob, numbered[id(words)]) for words, blob in counted]
 
     def _pack(self, conn: sqlite3.Connection, text: str) -> bytes:
         frequencies = term_frequencies(text)
