@@ -24,7 +24,7 @@ from ragloop.testing import HashEmbedder
 
 CONCURRENCY = (1, 10, 50, 200)
 QUESTIONS = [
-    "What is the warranty on the tent Priya Shah takes wild camping?",
+    "What warranty does the tent Priya Shah takes wild camping come with?",
     "Do you rent out stoves?",
     "How long do returns take?",
     "Which sleeping bag is warmest?",

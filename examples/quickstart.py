@@ -9,7 +9,7 @@ kb = demo_knowledge_base()
 #    (HeuristicEvaluator) and rewrites the query (HeuristicReformulator), all three consulting
 #    the knowledge base itself. Each retrieval is a search and its hop along the link graph.
 loop = RAGLoop.offline(kb)
-result = loop.run("What is the warranty on the tent Priya Shah takes wild camping?")
+result = loop.run("What warranty does the tent Priya Shah takes wild camping come with?")
 
 print(result.answer)  # quoted sentences, [n] citations, and their sources
 print(result.stop_reason, result.iterations)  # converged 2

@@ -34,7 +34,7 @@ loop = RAGLoop(
     reformulator=LLMReformulator(generate_fn=model, corpus=kb),
     config=LoopConfig(max_iterations=3, confidence_threshold=0.85, budget=Budget(max_dollars=0.05)),
 )
-result = loop.run("What is the warranty on the tent Priya Shah takes wild camping?")
+result = loop.run("What warranty does the tent Priya Shah takes wild camping come with?")
 
 print(result.answer)
 print(result.stop_reason, result.iterations, result.usage)

