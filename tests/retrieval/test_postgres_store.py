@@ -314,3 +314,65 @@ def test_vectors_too_wide_for_an_index_are_searched_exactly(dsn, postgres_schema
     indexes = sql(dsn, postgres_schema, query, (postgres_schema,))
     assert "chunks_embedding" not in {row[0] for row in indexes}
     kb.close()
+
+
+def vector_index(dsn, schema):
+    query = "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s"
+    rows = sql(dsn, schema, query, (schema, "chunks_embedding"))
+    return rows[0][0] if rows else None
+
+
+class IndexWatcher(HashEmbedder):
+    """Records, at each batch it embeds, whether the HNSW index exists; fails when asked."""
+
+    def __init__(self, dsn, schema, fail_at=None):
+        super().__init__(16)
+        self.dsn, self.schema, self.fail_at = dsn, schema, fail_at
+        self.index_seen: list[bool] = []
+
+    def embed(self, texts):
+        self.index_seen.append(vector_index(self.dsn, self.schema) is not None)
+        if self.fail_at is not None and len(self.index_seen) > self.fail_at:
+            raise RuntimeError("the embedder broke")
+        return super().embed(texts)
+
+
+def test_a_bulk_fill_of_vectors_builds_the_hnsw_index_after_them(dsn, postgres_schema, monkeypatch):
+    monkeypatch.setattr("ragloop.retrieval.store_postgres.BULK_VECTORS", 50)
+    monkeypatch.setattr("ragloop.retrieval.ingest_run.EMBED_BATCH", 40)
+    watcher = IndexWatcher(dsn, postgres_schema)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=watcher)
+    kb.add_documents([*docs("a", 120), Document(text="Glacier lake walk.", source="lake")])
+    assert watcher.index_seen == [False] * len(watcher.index_seen)  # built once, after
+    built = vector_index(dsn, postgres_schema)
+    assert "USING hnsw (embedding vector_cosine_ops) WITH (m='16', ef_construction='64')" in built
+    assert kb.search("glacier lake", mode="dense", top_k=1)[0].source == "lake"
+    # a few more: the index is kept up to date as they go
+    watcher.index_seen.clear()
+    kb.add_documents(docs("b", 10))
+    assert watcher.index_seen == [True]
+    kb.close()
+
+
+def test_a_fill_that_fails_midway_still_ends_with_the_index(dsn, postgres_schema, monkeypatch):
+    monkeypatch.setattr("ragloop.retrieval.store_postgres.BULK_VECTORS", 50)
+    monkeypatch.setattr("ragloop.retrieval.ingest_run.EMBED_BATCH", 40)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
+    kb.add_documents(docs("a", 120), vectors="later")
+    kb.close()
+    broken = IndexWatcher(dsn, postgres_schema, fail_at=1)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=broken)
+    with pytest.raises(RuntimeError, match="the embedder broke"):
+        kb.embed()
+    assert broken.index_seen == [False, False]
+    assert vector_index(dsn, postgres_schema) is not None
+    assert 0 < kb.stats().vectors_missing < 120  # the first batch kept
+    # a process killed mid-fill leaves no index: the next fill (even of nothing) builds it
+    sql(dsn, postgres_schema, "DROP INDEX chunks_embedding")
+    kb.close()
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
+    kb.embed()
+    kb.embed()
+    assert kb.stats().vectors_missing == 0
+    assert vector_index(dsn, postgres_schema) is not None
+    kb.close()

@@ -604,6 +604,13 @@ def embed_missing(store: Store, embedder: Embedder, progress: Progress) -> int:
     model = embedder.model_id
     total = store.count_missing_vectors(model)
     progress.phase("embedding", chunks_to_embed=total, chunks_embedded=0)
+    filling = getattr(store, "filling_vectors", None)
+    with filling(total) if filling is not None else contextlib.nullcontext():
+        return _embed_windows(store, embedder, progress, total)
+
+
+def _embed_windows(store: Store, embedder: Embedder, progress: Progress, total: int) -> int:
+    model = embedder.model_id
     done = 0
     pending: dict[str, Sequence[float]] = {}
     try:

@@ -170,6 +170,10 @@ class Store(Protocol):
     weights)``: keyword and vector search fused by reciprocal rank fusion
     (:func:`ragloop.retrieval.fusion.fuse`) before any row is read. The knowledge base uses it
     when present and otherwise fuses the chunks of the two searches itself.
+
+    A store may also offer ``filling_vectors(count)``: a context manager around adding the
+    vectors of ``count`` chunks (ingestion's embedding phase), for a store whose vector index
+    is cheaper to build once after many vectors than to keep up to date as each comes.
     """
 
     # documents
