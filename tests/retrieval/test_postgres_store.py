@@ -134,6 +134,7 @@ def test_storing_vectors_finds_the_chunks_waiting_for_one_by_index(dsn, postgres
     # without an index every stored vector scanned the whole table (7 ms each at 10,000
     # chunks, growing with it); a schema made before the index gets it when opened
     with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # as the store's first open does
         conn.execute(f'CREATE SCHEMA "{postgres_schema}"')
         conn.execute(f'SET search_path TO "{postgres_schema}", public')
         conn.execute("CREATE TABLE _ragloop_migrations (version integer PRIMARY KEY, "
