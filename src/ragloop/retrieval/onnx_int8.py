@@ -135,8 +135,7 @@ def cached_int8_model(path: Path, folder: Path) -> Path | bytes | None:
 def int8_compute_model(path: Path) -> bytes | None:
     """The model at ``path`` rewritten as the module says, or None if it has no int8 weight
     dequantized in the graph that could be."""
-    messages = _messages()
-    model = messages["ModelProto"].FromString(path.read_bytes())
+    model = _messages()["ModelProto"].FromString(path.read_bytes())
     graph = model.graph
     tensors = {tensor.name: tensor for tensor in graph.initializer}
     made_by = {name: node for node in graph.node for name in node.output}
@@ -156,11 +155,11 @@ def int8_compute_model(path: Path) -> bytes | None:
         if all(_multiplies(user, mul.output[0]) for user in users) and _per_column(weight, scale):
             added += _nbits_weight(weight, scale)
             for user in users:
-                in_place[id(user)] = [_nbits_matmul(messages, user, weight, scale)]
+                in_place[id(user)] = [_nbits_matmul(user, weight, scale)]
             dropped.update((weight.name, scale.name))
         elif all(_looks_up(user, mul.output[0]) for user in users) and _per_row(weight, scale):
             for user in users:
-                in_place[id(user)] = _gather_then_dequantize(messages, user, weight, scale)
+                in_place[id(user)] = _gather_then_dequantize(user, weight, scale)
         else:
             continue
         in_place[id(cast)] = in_place[id(mul)] = []
@@ -247,7 +246,8 @@ def _nbits_name(tensor: Any) -> str:
     return f"ragloop.nbits/{tensor.name}"
 
 
-def _nbits_matmul(messages: dict[str, Any], matmul: Any, weight: Any, scale: Any) -> Any:
+def _nbits_matmul(matmul: Any, weight: Any, scale: Any) -> Any:
+    messages = _messages()
     rows, columns = weight.dims
     settings = {
         "K": rows,
@@ -268,9 +268,8 @@ def _nbits_matmul(messages: dict[str, Any], matmul: Any, weight: Any, scale: Any
     )
 
 
-def _gather_then_dequantize(
-    messages: dict[str, Any], gather: Any, table: Any, scale: Any
-) -> list[Any]:
+def _gather_then_dequantize(gather: Any, table: Any, scale: Any) -> list[Any]:
+    messages = _messages()
     node = messages["NodeProto"]
     rows, row_scales, values = (
         f"ragloop.{part}/{gather.output[0]}" for part in ("int8", "scale", "float")

@@ -490,12 +490,11 @@ class PostgresStore:
         if model is None or not 0 < model[1] <= HNSW_MAX_DIMENSIONS:
             yield
             return
-        with self._connection() as conn:
-            row = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()
-        indexed = int(row[0]) if row else 0
-        deferred = count >= BULK_VECTORS and 4 * count >= indexed
-        if deferred:
-            self._write(lambda conn: conn.execute("DROP INDEX IF EXISTS chunks_embedding"))
+        if count >= BULK_VECTORS:  # only then is the table counted: a seq scan
+            with self._connection() as conn:
+                rebuild = 4 * count >= _vectors_stored(conn)
+            if rebuild:
+                self._write(lambda conn: conn.execute("DROP INDEX IF EXISTS chunks_embedding"))
         try:
             yield
         finally:
@@ -509,9 +508,8 @@ class PostgresStore:
         # pgvector builds the graph in memory when it fits (else far slower, on disk): the
         # vectors and their neighbour lists, given about 1 kB a vector for the latter
         model = _model(conn)
-        row = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()
         vector_bytes = 4 * (model[1] if model else 0) + 1024
-        needed_mb = min(MAX_BUILD_MEMORY_MB, 1 + int(row[0] if row else 0) * vector_bytes // 2**20)
+        needed_mb = min(MAX_BUILD_MEMORY_MB, 1 + _vectors_stored(conn) * vector_bytes // 2**20)
         conn.execute(
             "SELECT set_config('maintenance_work_mem', %s, true) "
             "WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes(%s)",
@@ -710,6 +708,11 @@ def _model(conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[str, int] | None:
     if "embedding_model" not in rows:
         return None
     return str(rows["embedding_model"]), int(rows["dimension"])
+
+
+def _vectors_stored(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+    row = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()
+    return int(row[0]) if row else 0
 
 
 def _count(conn: psycopg.Connection[tuple[Any, ...]], chunks: int, terms: int) -> None:
