@@ -202,6 +202,32 @@ def test_a_batch_naming_a_source_twice_stores_its_last_version(dsn, postgres_sch
     store.close()
 
 
+def test_a_batch_leaves_no_tsvector_pending_unless_the_writer_does_not_own_the_index(
+    dsn, postgres_schema
+):
+    flush = "SELECT gin_clean_pending_list('chunks_tsv'::regclass)"
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("p", 5))
+    kb.close()
+    assert sql(dsn, postgres_schema, flush) == [(0,)]  # flushed by the batch already
+    role = f"w_{postgres_schema}"  # a role granted the tables, owning none of them
+    for statement in (
+        f'CREATE ROLE "{role}" LOGIN',
+        f'GRANT USAGE ON SCHEMA "{postgres_schema}" TO "{role}"',
+        f'GRANT ALL ON ALL TABLES IN SCHEMA "{postgres_schema}" TO "{role}"',
+        f'GRANT ALL ON ALL SEQUENCES IN SCHEMA "{postgres_schema}" TO "{role}"',
+    ):
+        sql(dsn, "public", statement)
+    kb = PostgresKnowledgeBase(
+        dsn.replace("postgres@", f"{role}@"), schema=postgres_schema, embedder=None
+    )
+    kb.add_documents(docs("q", 3))
+    assert len(kb.search("alpine tent", mode="bm25", top_k=10)) == 8
+    kb.close()
+    assert sql(dsn, postgres_schema, flush)[0][0] > 0  # its entries waited in the list
+    assert counters_match_the_chunks(dsn, postgres_schema)
+
+
 def sections(name, lake="A quiet glacier lake below the pass."):
     return Document(
         text=f"# {name}\n\n## Ridge\n\nThe ridge trail of {name} climbs through larch "

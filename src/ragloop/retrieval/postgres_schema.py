@@ -182,6 +182,15 @@ INSERT_CHUNKS = f"""
     )
     SELECT count(*), coalesce(sum(n_terms), 0) FROM new
 """
+# New chunks' tsvectors wait in the GIN index's pending list (fastupdate) until it passes
+# gin_pending_list_limit (4 MB), and every phrase lookup reads the whole list: ingestion's
+# link search does one per new name, 2 ms each with a full list. Moving the batch's entries
+# into the index at its end keeps the list short: the text phase of an ingest of 20,000 chunks
+# ran 15-20% faster. Only the index's owner (or a superuser) may; other writers skip it.
+FLUSH_PENDING_TSVECTORS = """
+    SELECT gin_clean_pending_list(i.oid) FROM pg_class i
+    WHERE i.oid = 'chunks_tsv'::regclass AND pg_has_role(i.relowner, 'USAGE')
+"""
 # BM25 over the postings of the query's lexemes: a B-tree range per lexeme, no row of chunks
 # read until the top is known. Document frequencies are counted on the same postings (over
 # every collection, as the corpus size and average length from the counters are). Parameters:

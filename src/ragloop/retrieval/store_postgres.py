@@ -43,6 +43,7 @@ from ragloop.retrieval.postgres_schema import (
     COUNTER_SLOTS,
     DELETE_DOCUMENTS,
     FILTER_COLUMNS,
+    FLUSH_PENDING_TSVECTORS,
     FROM_CHUNKS,
     HNSW_MAX_DIMENSIONS,
     INSERT_CHUNKS,
@@ -238,6 +239,8 @@ class PostgresStore:
                 removed = _delete_documents(conn, [row[0] for row in stored])
             added = self._insert(conn, latest) if latest else (0, 0)
             self._insert_links(conn, links)
+            if added[0]:
+                conn.execute(FLUSH_PENDING_TSVECTORS)
             _count(conn, added[0] - removed[0], added[1] - removed[1])
 
         self._write(work)
