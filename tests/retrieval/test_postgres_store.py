@@ -17,10 +17,10 @@ import pytest
 
 from ragloop.retrieval.conformance import write_corpus
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBaseNotFound
-from ragloop.retrieval.postgres_schema import MIGRATIONS
+from ragloop.retrieval.postgres_schema import DELETE_DOCUMENTS, MIGRATIONS
 from ragloop.retrieval.postgres_server import TemporaryPostgres, embedded_bin_dir
 from ragloop.retrieval.store import ChunkRecord, DocumentRecord, Scope, StoreError
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore, _index_probes
 from ragloop.testing import HashEmbedder
 
 
@@ -226,6 +226,25 @@ def test_a_batch_leaves_no_tsvector_pending_unless_the_writer_does_not_own_the_i
     kb.close()
     assert sql(dsn, postgres_schema, flush)[0][0] > 0  # its entries waited in the list
     assert counters_match_the_chunks(dsn, postgres_schema)
+
+
+def test_the_postings_of_replaced_documents_are_found_by_their_primary_key(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("x", 300))
+    store = kb.store
+    with store._pool.connection() as conn, conn.transaction(force_rollback=True):
+        ids = [row[0] for row in conn.execute("SELECT id FROM documents LIMIT 100")]
+        with _index_probes(conn):  # unguided, the planner scans every posting here
+            plan = [row[0] for row in conn.execute(f"EXPLAIN {DELETE_DOCUMENTS}", {"ids": ids})]
+        after = conn.execute("SELECT current_setting('enable_hashjoin')").fetchone()
+    assert any("Index Scan using postings_pkey on postings" in line for line in plan)
+    assert not any("Seq Scan on postings" in line for line in plan)
+    assert after == ("on",)
+    kb.add_documents(docs("x", 300, words="glacier lake"))  # all replaced
+    assert len(kb.search("glacier lake", mode="bm25", top_k=500)) == 300
+    assert kb.search("alpine tent", mode="bm25") == []
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    kb.close()
 
 
 def sections(name, lake="A quiet glacier lake below the pass."):
