@@ -5,9 +5,10 @@ graph in one schema of a PostgreSQL (>= 13) database with pgvector (>= 0.5).
 fusion, the retriever) over a :class:`PostgresStore`. Connections come from a psycopg 3 pool,
 one per thread at a time, checked before use so a restarted server is reconnected to.
 
-- Writes: one transaction per batch of documents, serialised per source by an advisory lock,
-  retried on deadlock; the chunks' vectors also go into the embedding cache (``embeddings``,
-  keyed by model id and text hash). Numbered migrations are recorded in ``_ragloop_migrations``.
+- Writes: one transaction per batch of documents, a statement per step for the whole batch,
+  serialised per source by advisory locks taken in key order, retried on deadlock; the chunks'
+  vectors also go into the embedding cache (``embeddings``, keyed by model id and text hash).
+  Numbered migrations are recorded in ``_ragloop_migrations``.
 - Keyword search: BM25 in SQL (k1 1.2, b 0.75 and the idf of FTS5, as the other stores) over
   a postings table filled from each chunk's ``to_tsvector('english')`` (Snowball stemming,
   stopwords dropped); a GIN index on the tsvector serves phrase lookups. Document frequencies
@@ -292,7 +293,7 @@ class PostgresStore:
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
             conn.execute(LOCK_SOURCES, ([_text(source)],))
             where = "source = %s" + (" AND collection = %s" if collection is not None else "")
-            params = (_text(source),) if collection is None else (_text(source), collection)
+            params = [_text(source)] + ([] if collection is None else [_text(collection)])
             ids = [
                 row[0] for row in conn.execute(f"SELECT id FROM documents WHERE {where}", params)
             ]
@@ -729,8 +730,10 @@ def _index_probes(conn: psycopg.Connection[tuple[Any, ...]]) -> Iterator[None]:
     hashed the whole postings table to find theirs (0.4-1.6 s a batch at 20,000 chunks, and
     growing with the table) instead of probing their primary key (0.3 s). The settings are
     local to the transaction, which an error inside the block rolls back."""
-    conn.execute("SELECT set_config('enable_hashjoin', 'off', true), "
-                 "set_config('enable_mergejoin', 'off', true)")  # fmt: skip
+    conn.execute(
+        "SELECT set_config('enable_hashjoin', 'off', true), "
+        "set_config('enable_mergejoin', 'off', true)"
+    )
     yield
     conn.execute("SET LOCAL enable_hashjoin TO DEFAULT")
     conn.execute("SET LOCAL enable_mergejoin TO DEFAULT")
