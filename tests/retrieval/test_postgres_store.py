@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import threading
+import time
 
 import psycopg
 import pytest
 
 from ragloop.retrieval.conformance import write_corpus
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBaseNotFound
-from ragloop.retrieval.postgres_schema import MIGRATIONS
+from ragloop.retrieval.postgres_schema import DELETE_DOCUMENTS, MIGRATIONS
 from ragloop.retrieval.postgres_server import TemporaryPostgres, embedded_bin_dir
-from ragloop.retrieval.store import Scope, StoreError
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
+from ragloop.retrieval.store import ChunkRecord, DocumentRecord, Scope, StoreError
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore, _index_probes
 from ragloop.testing import HashEmbedder
 
 
@@ -38,7 +40,13 @@ def counters_match_the_chunks(dsn, schema):
     actual = sql(dsn, schema, "SELECT count(*), sum(n_terms) FROM chunks")[0]
     postings = sql(dsn, schema, "SELECT count(*) FROM postings")[0][0]
     lexemes = sql(dsn, schema, "SELECT coalesce(sum(length(tsv)), 0) FROM chunks")[0][0]
-    return counted == actual and postings == lexemes
+    orphans = sql(  # postings of chunks no longer stored (postings have no foreign key)
+        dsn,
+        schema,
+        "SELECT count(*) FROM postings p LEFT JOIN chunks c ON c.pk = p.chunk_pk "
+        "WHERE c.pk IS NULL",
+    )[0][0]
+    return counted == actual and postings == lexemes and orphans == 0
 
 
 def docs(prefix, n, words="alpine tent"):
@@ -79,6 +87,218 @@ def test_concurrent_writers_on_two_connections(dsn, postgres_schema):
     }
     first.close()
     second.close()
+
+
+WRITER = """
+import sys
+from ragloop.retrieval.knowledge_base import Document
+from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
+
+dsn, schema, name = sys.argv[1:]
+kb = PostgresKnowledgeBase(dsn, schema=schema, embedder=None)
+for round in range(6):
+    # the writers' batches overlap on shared-10..19 and name them in opposite orders
+    numbers = range(20) if name == "a" else reversed(range(10, 30))
+    kb.add_documents(
+        [
+            Document(text=f"Ridge note {i} written by {name} in round {round}.", source=source)
+            for i in numbers
+            for source in [f"shared-{i}"]
+        ]
+        + [Document(text=f"Own page of {name}, round {round}.", source=f"{name}-{round}")]
+    )
+kb.close()
+"""
+
+
+def test_two_processes_replacing_overlapping_batches_end_consistent(dsn, postgres_schema):
+    PostgresStore(dsn, schema=postgres_schema).close()  # the schema, before both race for it
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, dsn, postgres_schema, name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    for writer in writers:
+        _, errors = writer.communicate(timeout=120)
+        assert writer.returncode == 0, errors
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    per_document = sql(
+        dsn,
+        postgres_schema,
+        "SELECT d.source, count(c.pk), min(c.content) FROM documents d "
+        "LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.source",
+    )
+    assert len(per_document) == 30 + 12
+    assert {count for _, count, _ in per_document} == {1}  # one version of each, whole
+    for source, _, content in per_document:
+        if source.startswith("shared-"):
+            number = int(source.split("-")[1])
+            writer = "a" if number < 10 else "b" if number >= 20 else "[ab]"
+            assert re.fullmatch(f"Ridge note {number} written by {writer} in round 5.", content)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    assert len(kb.search("ridge note", mode="bm25", top_k=100)) == 30
+    kb.close()
+
+
+def test_sources_are_locked_in_one_order_whatever_the_batch_order(dsn, postgres_schema):
+    """Two writers of overlapping batches cannot wait for each other in a circle: a batch
+    blocked on one source holds the locks of the sources before it in key order only."""
+    store = PostgresStore(dsn, schema=postgres_schema)
+    sources = [f"s-{i}" for i in range(12)]
+    keys = dict(
+        sql(dsn, "public", "SELECT s, hashtextextended(s, 0) FROM unnest(%s::text[]) s", (sources,))
+    )
+    held = sorted(sources, key=keys.__getitem__)[5]  # another writer holds this one
+    batch = [
+        (DocumentRecord("default", source, "", f"hash-{source}"), [])
+        for source in reversed(sources)
+    ]
+    with psycopg.connect(dsn) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (keys[held],))
+        writer = threading.Thread(target=store.replace_documents, args=(batch, []))
+        writer.start()
+        locks: list[tuple[int, bool]] = []
+        for _ in range(200):
+            locks = sql(
+                dsn,
+                "public",
+                "SELECT (classid::bigint << 32) | objid::bigint, granted FROM pg_locks "
+                "WHERE locktype = 'advisory' AND pid <> %s",
+                (other.info.backend_pid,),
+            )
+            if any(not granted for _, granted in locks):
+                break
+            time.sleep(0.02)
+        other.commit()  # lets the writer on
+    writer.join()
+    below = {keys[s] for s in sources if keys[s] < keys[held]}
+    assert {key for key, granted in locks if granted} == below
+    assert [key for key, granted in locks if not granted] == [keys[held]]
+    assert [d.source for d in store.documents()] == sorted(sources)
+    store.close()
+
+
+def test_a_batch_naming_a_source_twice_stores_its_last_version(dsn, postgres_schema):
+    def version(text, source="a.md"):
+        chunk = ChunkRecord(f"{source}:{text}", 0, text, [], text, f"hash:{text}")
+        return DocumentRecord("default", source, "", f"doc:{text}"), [chunk]
+
+    store = PostgresStore(dsn, schema=postgres_schema)
+    store.replace_documents([version("stored first"), version("other", "b.md")], [])
+    store.replace_documents([version("draft"), version("final"), version("other 2", "b.md")], [])
+    assert {d.source: d.content_hash for d in store.documents()} == {
+        "a.md": "doc:final",
+        "b.md": "doc:other 2",
+    }
+    found = store.get_chunks(["a.md:stored first", "a.md:draft", "a.md:final", "b.md:other"])
+    assert [c.content for c in found] == ["final"]
+    assert store.chunks_with_phrase("stored first", 5) == []
+    assert store.keyword_search("draft", 5, Scope()) == []
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    store.close()
+
+
+def test_a_batch_leaves_no_tsvector_pending_unless_the_writer_does_not_own_the_index(
+    dsn, postgres_schema
+):
+    flush = "SELECT gin_clean_pending_list('chunks_tsv'::regclass)"
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("p", 5))
+    kb.close()
+    assert sql(dsn, postgres_schema, flush) == [(0,)]  # flushed by the batch already
+    role = f"w_{postgres_schema}"  # a role granted the tables, owning none of them
+    for statement in (
+        f'CREATE ROLE "{role}" LOGIN',
+        f'GRANT USAGE ON SCHEMA "{postgres_schema}" TO "{role}"',
+        f'GRANT ALL ON ALL TABLES IN SCHEMA "{postgres_schema}" TO "{role}"',
+        f'GRANT ALL ON ALL SEQUENCES IN SCHEMA "{postgres_schema}" TO "{role}"',
+    ):
+        sql(dsn, "public", statement)
+    kb = PostgresKnowledgeBase(
+        dsn.replace("postgres@", f"{role}@"), schema=postgres_schema, embedder=None
+    )
+    kb.add_documents(docs("q", 3))
+    assert len(kb.search("alpine tent", mode="bm25", top_k=10)) == 8
+    kb.close()
+    assert sql(dsn, postgres_schema, flush)[0][0] > 0  # its entries waited in the list
+    assert counters_match_the_chunks(dsn, postgres_schema)
+
+
+def test_the_postings_of_replaced_documents_are_found_by_their_primary_key(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("x", 300))
+    store = kb.store
+    with store._pool.connection() as conn, conn.transaction(force_rollback=True):
+        ids = [row[0] for row in conn.execute("SELECT id FROM documents LIMIT 100")]
+        with _index_probes(conn):  # unguided, the planner scans every posting here
+            plan = [row[0] for row in conn.execute(f"EXPLAIN {DELETE_DOCUMENTS}", {"ids": ids})]
+        after = conn.execute("SELECT current_setting('enable_hashjoin')").fetchone()
+    assert any("Index Scan using postings_pkey on postings" in line for line in plan)
+    assert not any("Seq Scan on postings" in line for line in plan)
+    assert after == ("on",)
+    kb.add_documents(docs("x", 300, words="glacier lake"))  # all replaced
+    assert len(kb.search("glacier lake", mode="bm25", top_k=500)) == 300
+    assert kb.search("alpine tent", mode="bm25") == []
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    kb.close()
+
+
+def sections(name, lake="A quiet glacier lake below the pass."):
+    return Document(
+        text=f"# {name}\n\n## Ridge\n\nThe ridge trail of {name} climbs through larch "
+        f"forest.\n\n## Lake\n\n{lake}\n\n## Hut\n\nThe hut of {name} sleeps twelve.",
+        source=f"{name}.md",
+        format="markdown",
+    )
+
+
+def test_a_batch_of_new_and_changed_documents_equals_writing_them_one_at_a_time(
+    dsn, postgres_schema
+):
+    first = [sections(name) for name in ("Alder", "Birch", "Cedar", "Dogwood", "Elm")]
+    second = [  # changed (one section each, the others' vectors come from the cache), new,
+        # unchanged, and one source given twice
+        sections("Birch", lake="Birch lake froze early this autumn."),
+        sections("Fir"),
+        sections("Dogwood", lake="A tarn, not a lake, below Dogwood pass."),
+        first[4],
+        sections("Fir", lake="Fir lake, revised: a reservoir behind a dam."),
+    ]
+    kbs = [
+        PostgresKnowledgeBase(dsn, schema=f"{postgres_schema}_{how}", embedder=HashEmbedder(32))
+        for how in ("batch", "single")
+    ]
+    batched, single = kbs
+    for documents in (first, second):
+        batched.add_documents(documents)
+        for document in documents:
+            single.add_documents([document])
+
+    def state(kb, schema):
+        stats = kb.stats()
+        return (
+            (stats.documents, stats.chunks, stats.vectors, stats.links),
+            [(d.source, d.content_hash) for d in kb.store.documents()],
+            sql(dsn, schema, "SELECT sum(chunks), sum(terms) FROM corpus_counters"),
+            [
+                [(c.id, round(c.score, 9)) for c in kb.search(query, mode=mode, top_k=20)]
+                for query in ("glacier lake", "ridge trail larch", "reservoir dam", "hut twelve")
+                for mode in ("bm25", "dense")
+            ],
+        )
+
+    expected = state(single, f"{postgres_schema}_single")
+    assert expected[0][:2] == (6, 6 * 3)  # a chunk a section
+    assert state(batched, f"{postgres_schema}_batch") == expected
+    for how in ("batch", "single"):
+        assert counters_match_the_chunks(dsn, f"{postgres_schema}_{how}")
+    assert batched.search("reservoir dam", mode="bm25")[0].source == "Fir.md"
+    for kb in kbs:
+        kb.close()
 
 
 def test_a_collection_scope_is_applied_in_the_sql_before_the_limit(dsn, postgres_schema):

@@ -5,9 +5,10 @@ graph in one schema of a PostgreSQL (>= 13) database with pgvector (>= 0.5).
 fusion, the retriever) over a :class:`PostgresStore`. Connections come from a psycopg 3 pool,
 one per thread at a time, checked before use so a restarted server is reconnected to.
 
-- Writes: one transaction per batch of documents, serialised per source by an advisory lock,
-  retried on deadlock; the chunks' vectors also go into the embedding cache (``embeddings``,
-  keyed by model id and text hash). Numbered migrations are recorded in ``_ragloop_migrations``.
+- Writes: one transaction per batch of documents, a statement per step for the whole batch,
+  serialised per source by advisory locks taken in key order, retried on deadlock; the chunks'
+  vectors also go into the embedding cache (``embeddings``, keyed by model id and text hash).
+  Numbered migrations are recorded in ``_ragloop_migrations``.
 - Keyword search: BM25 in SQL (k1 1.2, b 0.75 and the idf of FTS5, as the other stores) over
   a postings table filled from each chunk's ``to_tsvector('english')`` (Snowball stemming,
   stopwords dropped); a GIN index on the tsvector serves phrase lookups. Document frequencies
@@ -30,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ragloop.components.text import tokenize
@@ -41,11 +42,14 @@ from ragloop.retrieval.postgres_schema import (
     BM25_QUERY,
     CHUNK_COLUMNS,
     COUNTER_SLOTS,
+    DELETE_DOCUMENTS,
     FILTER_COLUMNS,
+    FLUSH_PENDING_TSVECTORS,
     FROM_CHUNKS,
     HNSW_MAX_DIMENSIONS,
-    INSERT_CHUNK,
-    INSERT_POSTINGS,
+    INSERT_CHUNKS,
+    INSERT_DOCUMENTS,
+    LOCK_SOURCES,
     MIGRATION_LOCK,
     MIGRATIONS,
     TEXT_CONFIG,
@@ -215,98 +219,87 @@ class PostgresStore:
     def replace_documents(
         self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
     ) -> None:
-        """Replace documents in one transaction, then add the links given."""
+        """Replace documents in one transaction, then add the links given. Each step is one
+        statement for the whole batch (a handful a batch instead of ten a document); a source
+        given twice keeps its last version."""
+        latest = {
+            (_text(doc.collection), _text(doc.source)): (doc, chunks) for doc, chunks in documents
+        }
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-            for doc, chunks in documents:
-                self._replace(conn, doc, chunks)
+            removed = (0, 0)
+            if latest:
+                conn.execute(LOCK_SOURCES, ([source for _, source in latest],))
+                collections, sources = zip(*latest, strict=True)
+                stored = conn.execute(
+                    "SELECT d.id FROM documents d JOIN unnest(%s::text[], %s::text[]) "
+                    "AS k (collection, source) USING (collection, source)",
+                    (list(collections), list(sources)),
+                    prepare=False,  # see _delete_documents
+                ).fetchall()
+                removed = _delete_documents(conn, [row[0] for row in stored])
+            added = self._insert(conn, latest) if latest else (0, 0)
             self._insert_links(conn, links)
+            if added[0]:
+                conn.execute(FLUSH_PENDING_TSVECTORS)
+            _count(conn, added[0] - removed[0], added[1] - removed[1])
 
         self._write(work)
 
-    def _replace(
+    def _insert(
         self,
         conn: psycopg.Connection[tuple[Any, ...]],
-        doc: DocumentRecord,
-        chunks: list[ChunkRecord],
-    ) -> None:
-        removed = self._delete(conn, doc.source, doc.collection)[1:]
-        row = conn.execute(
-            "INSERT INTO documents (collection, source, title, content_hash, metadata) "
-            "VALUES (%s, %s, %s, %s, %s) RETURNING id",
-            (
-                doc.collection,
-                _text(doc.source),
-                _text(doc.title),
-                doc.content_hash,
-                _json(doc.metadata),
-            ),
-        ).fetchone()
-        assert row is not None
-        with conn.cursor() as cursor:
-            cursor.executemany(
-                INSERT_CHUNK,
-                [
-                    (
-                        chunk.id,
-                        row[0],
-                        doc.collection,
-                        chunk.position,
-                        _text(chunk.content),
-                        _json(chunk.heading_path),
-                        chunk.text_hash,
-                        _json(chunk.metadata),
-                        None if chunk.vector is None else [float(x) for x in chunk.vector],
-                        _text(chunk.index_text),
-                    )
-                    for chunk in chunks
-                ],
-            )
-        conn.execute(INSERT_POSTINGS, (row[0],))
-        model = _model(conn)
-        if model is not None and any(chunk.vector is not None for chunk in chunks):
-            conn.execute(
-                "INSERT INTO embeddings (model_id, text_hash, embedding) "
-                "SELECT %s, text_hash, embedding FROM chunks "
-                "WHERE document_id = %s AND embedding IS NOT NULL ON CONFLICT DO NOTHING",
-                (model[0], row[0]),
-            )
+        documents: dict[tuple[str, str], tuple[DocumentRecord, list[ChunkRecord]]],
+    ) -> tuple[int, int]:
+        """Insert documents (none stored) with their chunks, postings and cached vectors:
+        (chunks, terms) added."""
+        rows = conn.execute(
+            INSERT_DOCUMENTS,
+            [
+                [key[0] for key in documents],
+                [key[1] for key in documents],
+                [_text(doc.title) for doc, _ in documents.values()],
+                [doc.content_hash for doc, _ in documents.values()],
+                [_json(doc.metadata) for doc, _ in documents.values()],
+            ],
+        ).fetchall()
+        ids = {(collection, source): id_ for id_, collection, source in rows}
+        chunks = [
+            (ids[key], key[0], chunk)
+            for key, (_, doc_chunks) in documents.items()
+            for chunk in doc_chunks
+        ]
+        model = self._recorded_model(conn)
         added = conn.execute(
-            "SELECT count(*), coalesce(sum(n_terms), 0) FROM chunks WHERE document_id = %s",
-            (row[0],),
+            INSERT_CHUNKS,
+            {
+                "id": [chunk.id for _, _, chunk in chunks],
+                "document_id": [document_id for document_id, _, _ in chunks],
+                "collection": [collection for _, collection, _ in chunks],
+                "position": [chunk.position for _, _, chunk in chunks],
+                "content": [_text(chunk.content) for _, _, chunk in chunks],
+                "heading_path": [_json(chunk.heading_path) for _, _, chunk in chunks],
+                "text_hash": [chunk.text_hash for _, _, chunk in chunks],
+                "metadata": [_json(chunk.metadata) for _, _, chunk in chunks],
+                "embedding": [_vector(chunk.vector) for _, _, chunk in chunks],
+                "index_text": [_text(chunk.index_text) for _, _, chunk in chunks],
+                "model_id": None if model is None else model[0],
+            },
         ).fetchone()
         assert added is not None
-        _count(conn, added[0] - removed[0], added[1] - removed[1])
-
-    def _delete(
-        self, conn: psycopg.Connection[tuple[Any, ...]], source: str, collection: str | None
-    ) -> tuple[int, int, int]:
-        """Delete a document (from every collection when None): (documents, chunks, terms)."""
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (source,))
-        where = "source = %s" + (" AND collection = %s" if collection is not None else "")
-        params = (source,) if collection is None else (source, collection)
-        documents = f"SELECT id FROM documents WHERE {where}"
-        conn.execute(  # postings have no foreign key: found by (lexeme, chunk) and deleted
-            "DELETE FROM postings p USING (SELECT pk, unnest(tsvector_to_array(tsv)) AS lexeme "
-            f"FROM chunks WHERE document_id IN ({documents})) x "
-            "WHERE p.lexeme = x.lexeme AND p.chunk_pk = x.pk",
-            params,
-        )
-        gone = conn.execute(
-            f"WITH gone AS (DELETE FROM chunks WHERE document_id IN ({documents}) "
-            "RETURNING n_terms) SELECT count(*), coalesce(sum(n_terms), 0) FROM gone",
-            params,
-        ).fetchone()
-        removed = conn.execute(f"DELETE FROM documents WHERE {where}", params).rowcount
-        assert gone is not None
-        return removed, int(gone[0]), int(gone[1])
+        return int(added[0]), int(added[1])
 
     def delete_document(self, source: str, collection: str | None = None) -> int:
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
-            documents, chunks, terms = self._delete(conn, source, collection)
-            if chunks:
-                _count(conn, -chunks, -terms)
-            return documents
+            conn.execute(LOCK_SOURCES, ([_text(source)],))
+            where = "source = %s" + (" AND collection = %s" if collection is not None else "")
+            params = [_text(source)] + ([] if collection is None else [_text(collection)])
+            ids = [
+                row[0] for row in conn.execute(f"SELECT id FROM documents WHERE {where}", params)
+            ]
+            chunks, terms = _delete_documents(conn, ids)
+            _count(conn, -chunks, -terms)
+            return len(ids)
 
         return self._write(work)
 
@@ -630,6 +623,7 @@ class PostgresStore:
                 [link.target_id for link in links],
                 [_text(link.mention) for link in links],
             ),
+            prepare=False,  # see _delete_documents
         )
 
     def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
@@ -715,9 +709,41 @@ def _vectors_stored(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
     return int(row[0]) if row else 0
 
 
+def _delete_documents(conn: psycopg.Connection[tuple[Any, ...]], ids: list[int]) -> tuple[int, int]:
+    """Delete documents by id with their chunks, postings and links: (chunks, terms) removed.
+    Planned each time, never prepared (as the other statements joining a batch's arrays to a
+    table): psycopg prepares a statement run five times, and PostgreSQL may then keep a
+    generic plan made while the tables were small (a scan of every posting for each document
+    replaced: 75 ms a document at 10,000 chunks)."""
+    if not ids:
+        return 0, 0
+    with _index_probes(conn):
+        gone = conn.execute(DELETE_DOCUMENTS, {"ids": ids}, prepare=False).fetchone()
+    assert gone is not None
+    return int(gone[0]), int(gone[1])
+
+
+@contextlib.contextmanager
+def _index_probes(conn: psycopg.Connection[tuple[Any, ...]]) -> Iterator[None]:
+    """Joins in this block probe an index row by row: no hash or merge join. The planner cannot
+    count the lexemes of the chunks a batch deletes (it guessed 13 million for 64,000) and
+    hashed the whole postings table to find theirs (0.4-1.6 s a batch at 20,000 chunks, and
+    growing with the table) instead of probing their primary key (0.3 s). The settings are
+    local to the transaction, which an error inside the block rolls back."""
+    conn.execute(
+        "SELECT set_config('enable_hashjoin', 'off', true), "
+        "set_config('enable_mergejoin', 'off', true)"
+    )
+    yield
+    conn.execute("SET LOCAL enable_hashjoin TO DEFAULT")
+    conn.execute("SET LOCAL enable_mergejoin TO DEFAULT")
+
+
 def _count(conn: psycopg.Connection[tuple[Any, ...]], chunks: int, terms: int) -> None:
     """Add to the corpus counters, in the row of this connection's slot (so concurrent writers
     rarely wait for each other; the statement comes last, so the row is held only to commit)."""
+    if not chunks and not terms:
+        return
     conn.execute(
         "INSERT INTO corpus_counters VALUES (pg_backend_pid() %% %s, %s, %s) "
         "ON CONFLICT (slot) DO UPDATE SET chunks = corpus_counters.chunks + excluded.chunks, "
@@ -728,6 +754,11 @@ def _count(conn: psycopg.Connection[tuple[Any, ...]], chunks: int, terms: int) -
 
 def _text(value: str) -> str:
     return value.replace("\x00", "")  # PostgreSQL text (and jsonb) cannot hold NUL
+
+
+def _vector(vector: Iterable[float] | None) -> str | None:
+    """A vector as pgvector's text form (the batch's vectors go in as one text array)."""
+    return None if vector is None else "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
 def _json(value: Any) -> str:
