@@ -528,40 +528,6 @@ def test_chunks_given_the_row_numbers_of_deleted_ones_are_still_embedded(tmp_pat
         assert kb.stats().vectors_missing == 0
 
 
-@pytest.mark.parametrize("in_memory", [False, True])
-def test_a_fast_embedder_stores_many_windows_in_one_transaction(tmp_path, docs, in_memory):
-    from ragloop.retrieval import ingest_run
-
-    embedder = CountingEmbedder()
-    kb = (
-        KnowledgeBase.in_memory(embedder=embedder)
-        if in_memory
-        else KnowledgeBase(tmp_path / "kb.sqlite", embedder=embedder)
-    )
-    stored: list[int] = []
-    add_vectors = kb.store.add_vectors
-
-    def counting(model_id, vectors):
-        stored.append(len(vectors))
-        add_vectors(model_id, vectors)
-
-    kb.store.add_vectors = counting  # type: ignore[method-assign]
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ingest_run, "STORE_EVERY_S", 3600.0)
-        patch.setattr(ingest_run, "STORE_AT_MOST", 5)
-        patch.setattr(ingest_run, "EMBED_WINDOW", 3)  # windows smaller than a store
-        patch.setattr(ingest_run, "EMBED_BATCH", 1)
-        report = kb.ingest(docs)
-    kb.close()
-    texts = len(set(embedder.embedded))
-    assert report.chunks_embedded == texts == len(embedder.embedded)  # nothing embedded twice
-    assert sum(stored) == texts
-    assert max(stored) <= 5
-    if not in_memory:  # a store that offers only what has no vector yet: stores of 5
-        assert len(stored) == -(-texts // 5)
-    assert report.vectors_missing == 0
-
-
 def test_progress_reports_files_then_chunks_with_rates(tmp_path, docs):
     states = []
     with KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64)) as kb:

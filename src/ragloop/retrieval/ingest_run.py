@@ -62,7 +62,6 @@ WRITE_BATCH = 1024  # chunks read before they are written, in one transaction
 EMBED_WINDOW = 1024  # chunks without a vector fetched at once, then sorted by length
 EMBED_BATCH = 64  # chunks embedded and reported together
 STORE_EVERY_S = 0.5  # an interrupted run loses at most this much embedding
-STORE_AT_MOST = 8192  # vectors held before they are stored, however fast the embedder
 
 
 class Item(Protocol):
@@ -599,9 +598,9 @@ class _LinkNames:
 
 def embed_missing(store: Store, embedder: Embedder, progress: Progress) -> int:
     """Phase two: embed every chunk without a vector, ``EMBED_BATCH`` at a time. What is done
-    is stored every ``STORE_EVERY_S`` seconds (or ``STORE_AT_MOST`` vectors), at the end and
-    when the run is interrupted (a commit per window of a fast embedder cost more than
-    embedding it). Returns how many texts were embedded."""
+    is stored every ``STORE_EVERY_S`` seconds, at the end of each window and when the run is
+    interrupted (a commit per batch cost more than embedding it with a fast embedder).
+    Returns how many texts were embedded."""
     model = embedder.model_id
     total = store.count_missing_vectors(model)
     progress.phase("embedding", chunks_to_embed=total, chunks_embedded=0)
@@ -614,32 +613,22 @@ def _embed_windows(store: Store, embedder: Embedder, progress: Progress, total: 
     model = embedder.model_id
     done = 0
     pending: dict[str, Sequence[float]] = {}
-    stored_at = time.perf_counter()
     try:
-        while True:
-            # a store may offer again what is embedded but not stored yet
-            offered = store.missing_vectors(model, EMBED_WINDOW)
-            window = [item for item in offered if item[0] not in pending]
-            if not window:
-                if not pending:
-                    break
-                store.add_vectors(model, pending)
-                pending, stored_at = {}, time.perf_counter()
-                continue
+        while window := store.missing_vectors(model, EMBED_WINDOW):
             window.sort(key=lambda item: len(item[1]))
+            stored_at = time.perf_counter()
             for start in range(0, len(window), EMBED_BATCH):
                 batch = window[start : start + EMBED_BATCH]
                 vectors = embedder.embed([text for _, text in batch])
                 check_vectors(vectors, len(batch), embedder.dimension)
                 pending.update(zip((h for h, _ in batch), vectors, strict=True))
-                if (
-                    time.perf_counter() - stored_at >= STORE_EVERY_S
-                    or len(pending) >= STORE_AT_MOST
-                ):
+                if time.perf_counter() - stored_at >= STORE_EVERY_S:
                     store.add_vectors(model, pending)
                     pending, stored_at = {}, time.perf_counter()
                 done += len(batch)
                 progress.update(chunks_embedded=done, chunks_to_embed=max(total, done))
+            store.add_vectors(model, pending)
+            pending = {}
     except StoreError:
         raise
     except BaseException:  # interrupted (Ctrl-C, a failing embedder): keep what was embedded
