@@ -528,6 +528,26 @@ def test_chunks_given_the_row_numbers_of_deleted_ones_are_still_embedded(tmp_pat
         assert kb.stats().vectors_missing == 0
 
 
+def test_counting_the_chunks_without_vectors_does_not_wait_for_another_writer(tmp_path):
+    path = tmp_path / "kb.sqlite"
+    with KnowledgeBase(path, embedder=HashEmbedder(64)) as kb:
+        kb.add_documents([Document(text="Alpha one.", source="a")], vectors="later")
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("DELETE FROM embedded_below")  # as in a file written before the record
+    writer.execute("BEGIN IMMEDIATE")  # another process writing for longer than the timeout
+    try:
+        with KnowledgeBase(
+            store=SQLiteStore(path, timeout_s=0.05), embedder=HashEmbedder(64)
+        ) as kb:
+            assert kb.stats().vectors_missing == 1  # where it starts is left unrecorded
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    with KnowledgeBase(path, embedder=HashEmbedder(64)) as kb:
+        assert kb.stats().vectors_missing == 1
+        assert kb.embed() == 1
+
+
 def test_progress_reports_files_then_chunks_with_rates(tmp_path, docs):
     states = []
     with KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64)) as kb:

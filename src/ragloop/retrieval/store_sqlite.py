@@ -17,6 +17,7 @@ read-only: search works, writes are refused.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -928,9 +929,10 @@ class SQLiteStore:
         ``model_id``, each text once, in the order the chunks were stored.
 
         Each call goes on after the last row the previous one returned, so embedding a corpus
-        window by window reads it once (from the start each time, it was quadratic); only when
-        nothing is left after that row does it look again from the start, for rows stored
-        meanwhile under smaller row numbers."""
+        window by window reads it once (from the start each time, it was quadratic); the
+        first call, and a call that finds nothing left after that row (rows may have been
+        stored meanwhile under smaller row numbers), start from the first chunk without a
+        vector (:meth:`_first_missing`), not from the start of the table."""
         after = self._missing_after.get(model_id)
         rows = [] if after is None else self._missing_rows(model_id, limit, after)
         if not rows:
@@ -975,7 +977,9 @@ class SQLiteStore:
         recorded for the next. The store's vectors are never deleted, so a chunk that had one
         keeps it; ``replace_documents`` moves the record back when it gives row numbers
         again. Searched without a write lock (a reader must not wait for a writer) and
-        recorded only if no chunks were written meanwhile."""
+        recorded only if no chunks were written meanwhile; a file that cannot take the record
+        now (read-only since it was opened, locked past the timeout) is searched the same way
+        next time."""
         conn = self._conn()
         generation = self._generation()
         row = conn.execute(
@@ -991,7 +995,7 @@ class SQLiteStore:
             or conn.execute("SELECT coalesce(max(pk), 0) + 1 FROM chunks").fetchone()
         )
         if found[0] != start and not self.read_only:
-            with self._transaction(conn):
+            with contextlib.suppress(sqlite3.OperationalError), self._transaction(conn):
                 if self._generation() == generation:
                     conn.execute(
                         "INSERT OR REPLACE INTO embedded_below VALUES (?, ?)", (model_id, found[0])
