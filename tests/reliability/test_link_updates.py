@@ -104,6 +104,62 @@ def _check_updates(new_kb, corpus, changes) -> None:
     fresh.close()
 
 
+@settings(
+    max_examples=settings.default.max_examples * 3 // 5,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    corpus=st.lists(documents, min_size=1, max_size=6),
+    linked_at_first=st.booleans(),
+    changes=st.lists(
+        st.tuples(
+            st.sampled_from(["edit", "add", "delete"]), st.integers(0, 9), documents, st.booleans()
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_ingests_without_links_leave_the_links_of_later_ones_whole(
+    tmp_path_factory, corpus, linked_at_first, changes
+):
+    """SQLite's phrase index is written only once a phrase is looked up (an ingest with
+    links), then kept full: an ingest with links after ingests without them (row numbers of
+    deleted chunks given again in between) links every chunk stored, as the in-memory store,
+    which reads every chunk, does."""
+    stores = [
+        KnowledgeBase(tmp_path_factory.mktemp("kb") / "kb.sqlite", embedder=None),
+        KnowledgeBase.in_memory(embedder=None),
+    ]
+    for kb in stores:
+        docs = {f"doc{i}": _document(f"doc{i}", spec) for i, spec in enumerate(corpus)}
+        kb.link_titles = linked_at_first
+        _build(kb, docs)
+        for action, number, spec, linked in changes:
+            kb.link_titles = linked
+            source = f"doc{number}"
+            if action == "delete":
+                docs.pop(source, None)
+                kb.delete(source)
+            else:
+                docs[source] = _document(source, spec)
+                kb.add_documents([docs[source]])
+    sqlite, memory = stores
+    assert _links(sqlite) == _links(memory)
+    conn = sqlite.store._conn()
+    lacking = conn.execute("SELECT value FROM meta WHERE key = 'phrases_from'").fetchone()
+    (indexed,) = conn.execute("SELECT count(*) FROM chunks_fts").fetchone()
+    (chunks,) = conn.execute("SELECT count(*) FROM chunks").fetchone()
+    if lacking is None:
+        assert indexed == chunks
+    else:  # every chunk from 'phrases_from' on lacks its phrases, every one before has them
+        (before,) = conn.execute(
+            "SELECT count(*) FROM chunks WHERE pk < ?", (int(lacking[0]),)
+        ).fetchone()
+        assert indexed == before
+    for kb in stores:
+        kb.close()
+
+
 def test_a_name_mentioned_everywhere_links_whatever_the_order(tmp_path):
     """A name found in more than 200 chunks used to get no links from the chunks stored before
     it (too common) but links from every chunk stored after it."""

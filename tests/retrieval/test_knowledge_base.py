@@ -528,6 +528,42 @@ def test_chunks_given_the_row_numbers_of_deleted_ones_are_still_embedded(tmp_pat
         assert kb.stats().vectors_missing == 0
 
 
+def test_chunks_given_the_row_numbers_of_deleted_ones_still_get_their_phrases(tmp_path):
+    # the phrase index is written once a phrase is looked up (an ingest with title links);
+    # chunks written without it lack their phrases from meta 'phrases_from' on, and new
+    # chunks may be given row numbers below it once the chunks from it on are deleted
+    path = tmp_path / "kb.sqlite"
+    pk_of = "SELECT c.pk FROM chunks c JOIN documents d ON d.id = c.document_id WHERE source = ?"
+    with KnowledgeBase(path, embedder=None) as kb:
+        kb.add_documents(
+            [
+                Document(text="Tents and stoves.", source="a", title="Canvas Tents"),
+                Document(text="Packing the Canvas Tents.", source="b", title="Packing"),
+            ]
+        )
+        conn = kb.store._conn()
+        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone() == (2,)
+        (b_pk,) = conn.execute(pk_of, ("b",)).fetchone()
+    with KnowledgeBase(path, embedder=None, link_titles=False) as kb:
+        kb.add_documents([Document(text="Rivers to cross.", source="c")])
+        conn = kb.store._conn()
+        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone() == (2,)
+        kb.delete("b")
+        kb.delete("c")
+        kb.add_documents([Document(text="Sleeping under the Night Sky.", source="d")])
+        assert conn.execute(pk_of, ("d",)).fetchone() == (b_pk,)
+        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone() == (1,)
+    with KnowledgeBase(path, embedder=None) as kb:
+        kb.add_documents([Document(text="Stars at night.", source="e", title="Night Sky")])
+        conn = kb.store._conn()
+        assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone() == (3,)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'phrases_from'").fetchone() is None
+        (d_id,) = conn.execute(
+            "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id WHERE source = 'd'"
+        ).fetchone()
+        assert [link.mention for link in kb.store.links_from([d_id])] == ["Night Sky"]
+
+
 def test_counting_the_chunks_without_vectors_does_not_wait_for_another_writer(tmp_path):
     path = tmp_path / "kb.sqlite"
     with KnowledgeBase(path, embedder=HashEmbedder(64)) as kb:
