@@ -95,6 +95,28 @@ def test_kb_stats_and_delete(kb_env):
     assert "no document" in missing.stderr
 
 
+def test_ingest_without_links_then_with_them(tmp_path):
+    env = {"RAGLOOP_KB": str(tmp_path / "kb.sqlite")}
+    files = {
+        "packing.md": "# Packing\n\nBring the Alpine Stove and the Gas Lantern.\n",
+        "stove.md": "# Alpine Stove\n\nIt burns gas.\n",
+        "lantern.md": "# Gas Lantern\n\nIt burns gas too.\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+
+    def ingest(name, *options):
+        result = ragloop("ingest", str(tmp_path / name), "--embedder", "none", *options, env=env)
+        assert result.returncode == 0, result.stderr
+        return json.loads(ragloop("kb", "stats", "--json", env=env).stdout)["links"]
+
+    assert ingest("packing.md", "--no-links") == 0
+    assert ingest("stove.md", "--no-links") == 0
+    # with links, the new title is found in the chunks stored without them
+    assert ingest("lantern.md") == 1
+    assert "--no-links" in ragloop("ingest", "--help").stdout
+
+
 def test_the_default_knowledge_base_lives_in_the_user_data_folder(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAGLOOP_KB"}
     env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"))

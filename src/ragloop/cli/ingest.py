@@ -97,6 +97,13 @@ def prepare_indexes(kb: KnowledgeBase, quiet: bool) -> None:
     help="later: store the text only (keyword search works at once); "
     "'ragloop kb embed' adds the vectors.",
 )
+@click.option(
+    "--links/--no-links",
+    default=True,
+    show_default=True,
+    help="Record which chunks mention other documents' titles and headings (the links "
+    "multi-hop loops follow); --no-links ingests faster.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def ingest(
@@ -106,6 +113,7 @@ def ingest(
     sync: bool,
     embedder: str,
     vectors: str,
+    links: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -118,6 +126,7 @@ def ingest(
             ", ".join(str(p) for p in missing), param_hint="PATHS (no such file or directory)"
         )
     kb = open_kb(kb_location, create=True, embedder=None if embedder == "none" else embedder)
+    kb.link_titles = links
     try:
         if kb.embedder is None and not quiet and not as_json:
             errors.print(f"[yellow]note:[/] keyword search only ({kb.dense_off_reason})")
