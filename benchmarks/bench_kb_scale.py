@@ -328,7 +328,8 @@ def run(size: int = 10_000, command: str = "make bench", real_vectors: int = 0) 
         "the first 250, whose vectors the knowledge base has cached, so it is the search "
         "alone. Ingest: chunks a second from the first document to the last vector stored, "
         "without the stand-in embedder's own time (that is, without the model), then with "
-        "it; without title links (`link_titles=False`, `ragloop ingest --no-links`). Max RSS is the peak resident memory of a process of ragloop alone that ingested "
+        "it; without title links (`link_titles=False`, `ragloop ingest --no-links`). Max "
+        "RSS is the peak resident memory of a process of ragloop alone that ingested "
         "the chunks, loaded both indexes, held the MiniLM query model and ran the searches; "
         "the index load is the first search's time. The numpy reference is `matrix @ "
         "query` over one row per chunk, as a user would write it.",
