@@ -85,18 +85,22 @@ def test_updates_give_the_links_of_a_fresh_build_on_postgres(
     _check_updates(new_kb, corpus, changes)
 
 
+def _apply(kb: KnowledgeBase, docs: dict[str, Document], action: str, source: str, spec) -> None:
+    """Delete, edit or add ``source``, in the knowledge base and in ``docs`` alike."""
+    if action == "delete":
+        docs.pop(source, None)
+        kb.delete(source)
+    else:
+        docs[source] = _document(source, spec)
+        kb.add_documents([docs[source]])
+
+
 def _check_updates(new_kb, corpus, changes) -> None:
     docs = {f"doc{i}": _document(f"doc{i}", spec) for i, spec in enumerate(corpus)}
     updated = new_kb()
     _build(updated, docs)
     for action, number, spec in changes:
-        source = f"doc{number}"
-        if action == "delete":
-            docs.pop(source, None)
-            updated.delete(source)
-        else:
-            docs[source] = _document(source, spec)
-            updated.add_documents([docs[source]])
+        _apply(updated, docs, action, f"doc{number}", spec)
     fresh = new_kb()
     _build(fresh, docs)
     assert _links(updated) == _links(fresh)
@@ -136,13 +140,7 @@ def test_ingests_without_links_leave_the_links_of_later_ones_whole(
         _build(kb, docs)
         for action, number, spec, linked in changes:
             kb.link_titles = linked
-            source = f"doc{number}"
-            if action == "delete":
-                docs.pop(source, None)
-                kb.delete(source)
-            else:
-                docs[source] = _document(source, spec)
-                kb.add_documents([docs[source]])
+            _apply(kb, docs, action, f"doc{number}", spec)
     sqlite, memory = stores
     assert _links(sqlite) == _links(memory)
     conn = sqlite.store._conn()
