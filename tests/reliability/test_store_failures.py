@@ -6,7 +6,7 @@ failed.
 6. a write that fails (a full disk, simulated with ``max_page_count``) raises ``StoreError``
    with the cause and leaves no cached vocabulary id behind;
 7. a knowledge base this process may not write is searched read-only;
-8. processes creating the same new knowledge base at once all succeed;
+8. processes creating the same new knowledge base (or trace file) at once all succeed;
 9. a damaged file, tampered rows or a newer schema give ``StoreError`` (a clean CLI error),
    never a raw traceback.
 """
@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from ragloop import Document, KnowledgeBase
 from ragloop.cli import main as cli
+from ragloop.observability.traces import TraceRecord, TraceStore
 from ragloop.retrieval.store import StoreError
 from ragloop.retrieval.store_sqlite import MIGRATIONS, SQLiteStore
 from tests.reliability.unprivileged import run_unprivileged, shared_tmp
@@ -200,22 +201,32 @@ def test_the_cli_searches_a_read_only_knowledge_base():
 # -- 8. first open under concurrency -----------------------------------------------------------
 
 
-def _open_at_once(path: str, barrier, failures) -> None:
+def _open_knowledge_base(path: str) -> None:
+    SQLiteStore(path).close()
+
+
+def _open_trace_store(path: str) -> None:
+    store = TraceStore(path)
+    store.save(TraceRecord(id=f"run-{os.getpid()}", engine="rag", started_at=0.0))
+    store.close()
+
+
+def _open_at_once(opener, path: str, barrier, failures) -> None:
     barrier.wait()
     try:
-        SQLiteStore(path).close()
+        opener(path)
     except Exception as error:
         failures.put(f"{type(error).__name__}: {error}")
 
 
-def _race(tmp_path: Path, trials: int, processes: int = 3) -> list[str]:
+def _race(tmp_path: Path, opener, trials: int, processes: int = 3) -> list[str]:
     context = multiprocessing.get_context("fork")
     failures = context.SimpleQueue()
     for trial in range(trials):
-        path = str(tmp_path / f"kb-{trial}.sqlite")
+        path = str(tmp_path / f"file-{trial}.sqlite")
         barrier = context.Barrier(processes)
         started = [
-            context.Process(target=_open_at_once, args=(path, barrier, failures))
+            context.Process(target=_open_at_once, args=(opener, path, barrier, failures))
             for _ in range(processes)
         ]
         for process in started:
@@ -223,12 +234,9 @@ def _race(tmp_path: Path, trials: int, processes: int = 3) -> list[str]:
         for process in started:
             process.join(60)
             assert process.exitcode == 0
-        store = SQLiteStore(path)
-        assert store.integrity_check() == "ok"
-        store.close()
         with sqlite3.connect(path) as conn:
-            versions = sorted(v for (v,) in conn.execute("SELECT version FROM _ragloop_migrations"))
-        assert versions == [version for version, _ in MIGRATIONS]
+            assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+            assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     found = []
     while not failures.empty():
         found.append(failures.get())
@@ -236,12 +244,25 @@ def _race(tmp_path: Path, trials: int, processes: int = 3) -> list[str]:
 
 
 def test_processes_creating_one_knowledge_base_at_once_all_succeed(tmp_path):
-    assert _race(tmp_path, trials=15) == []
+    assert _race(tmp_path, _open_knowledge_base, trials=15) == []
+    for trial in range(15):
+        with sqlite3.connect(tmp_path / f"file-{trial}.sqlite") as conn:
+            versions = sorted(v for (v,) in conn.execute("SELECT version FROM _ragloop_migrations"))
+        assert versions == [version for version, _ in MIGRATIONS]
+
+
+def test_processes_creating_one_trace_file_at_once_all_store_their_runs(tmp_path):
+    """Two servers sharing a new trace file: a run's trace was lost when its process opened
+    the file while the other switched it to WAL ('database is locked', at once)."""
+    assert _race(tmp_path, _open_trace_store, trials=15) == []
+    for trial in range(15):
+        assert len(TraceStore(tmp_path / f"file-{trial}.sqlite").list()) == 3
 
 
 @pytest.mark.fuzz
-def test_processes_creating_one_knowledge_base_at_once_all_succeed_long(tmp_path):
-    assert _race(tmp_path, trials=300) == []
+@pytest.mark.parametrize("opener", [_open_knowledge_base, _open_trace_store])
+def test_processes_creating_one_file_at_once_all_succeed_long(tmp_path, opener):
+    assert _race(tmp_path, opener, trials=300) == []
 
 
 # -- 9. damage and tampering are StoreError --------------------------------------------------------

@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
 from ragloop.core.redaction import redact_all
+from ragloop.core.sqlite_wal import use_wal
 from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
 from ragloop.observability.settings import trace_content_enabled
 
@@ -139,7 +140,7 @@ class TraceStore:
         if conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=self.timeout_s)
-            conn.execute("PRAGMA journal_mode=WAL")
+            use_wal(conn, self.timeout_s)
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout_s * 1000)}")
             self._migrate(conn)
             self._local.conn = conn

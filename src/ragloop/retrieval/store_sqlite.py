@@ -23,7 +23,6 @@ import json
 import os
 import sqlite3
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ import numpy.typing as npt
 
 from ragloop.components.text import tokenize
 from ragloop.core.records import Chunk
+from ragloop.core.sqlite_wal import use_wal
 from ragloop.retrieval import ann, saved_arrays
 from ragloop.retrieval.ann import ApproximateIndex
 from ragloop.retrieval.bm25 import (
@@ -385,17 +385,7 @@ class SQLiteStore:
 
     def _migrate(self) -> None:
         conn = self._conn()
-        deadline = time.monotonic() + self._timeout_s
-        while True:
-            # Switching a new file to WAL takes a lock that SQLite reports busy without waiting
-            # for (the busy timeout does not apply); processes creating one file at once retry.
-            try:
-                conn.execute("PRAGMA journal_mode = WAL")
-                break
-            except sqlite3.OperationalError as error:
-                if "locked" not in str(error) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
+        use_wal(conn, self._timeout_s)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS _ragloop_migrations (version INTEGER PRIMARY KEY, "
             "applied_at TEXT NOT NULL)"
