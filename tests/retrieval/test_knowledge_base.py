@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from ragloop.retrieval.conformance import write_corpus
 from ragloop.retrieval.knowledge_base import (
@@ -292,6 +293,18 @@ def test_add_documents_markdown_and_metadata(tmp_path):
     assert hit.metadata["team"] == "gear"
     assert kb.search("gas", mode="bm25", filters={"team": "gear"})
     assert kb.search("gas", mode="bm25", filters={"team": "other"}) == []
+
+
+def test_add_documents_takes_mappings_and_names_a_bad_one(tmp_path):
+    kb = KnowledgeBase.in_memory(embedder=None)
+    report = kb.add_documents([{"source": "a.md", "text": "Gas canisters fuel the stove."}])
+    assert report.added == 1
+    assert kb.search("gas canisters", mode="bm25")[0].source == "a.md"
+    with pytest.raises(ValidationError, match="text"):
+        kb.add_documents([{"source": "b.md"}])
+    with pytest.raises(ValidationError, match="Document"):
+        kb.add_documents(["just a string"])  # type: ignore[list-item]
+    assert [d.source for d in kb.store.documents()] == ["a.md"]
 
 
 async def test_the_retriever_is_sync_and_async_and_scoped(tmp_path, docs):

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -245,19 +245,21 @@ class KnowledgeBase:
 
     def add_documents(
         self,
-        documents: Iterable[Document],
+        documents: Iterable[Document | Mapping[str, Any]],
         *,
         collection: str = "default",
         on_progress: ProgressCallback | None = None,
         vectors: VectorsWhen = "now",
     ) -> IngestReport:
-        """Ingest documents given as text (same chunking, hashing and embedding as files).
-        ``documents`` may be a generator: they are read one at a time, never held together
-        (progress then counts them without a total)."""
+        """Ingest documents given as text (same chunking, hashing and embedding as files):
+        :class:`Document` records or mappings with their fields (``{"source": ..., "text":
+        ...}``). ``documents`` may be a generator: they are read one at a time, never held
+        together (progress then counts them without a total)."""
         report = IngestReport()
 
         def items() -> Iterable[Item]:
-            for document in documents:
+            for given in documents:
+                document = Document.model_validate(given)
                 if not document.text.strip():
                     report.skipped.append((document.source, "empty document"))
                     continue
