@@ -205,10 +205,24 @@ def _open_knowledge_base(path: str) -> None:
     SQLiteStore(path).close()
 
 
+def _knowledge_base_is_whole(path: str, processes: int) -> None:
+    with sqlite3.connect(path) as conn:
+        versions = sorted(v for (v,) in conn.execute("SELECT version FROM _ragloop_migrations"))
+    assert versions == [version for version, _ in MIGRATIONS]
+
+
 def _open_trace_store(path: str) -> None:
     store = TraceStore(path)
     store.save(TraceRecord(id=f"run-{os.getpid()}", engine="rag", started_at=0.0))
     store.close()
+
+
+def _trace_file_is_whole(path: str, processes: int) -> None:
+    assert len(TraceStore(path).list()) == processes  # every process stored its run
+
+
+KNOWLEDGE_BASE = (_open_knowledge_base, _knowledge_base_is_whole)
+TRACE_FILE = (_open_trace_store, _trace_file_is_whole)
 
 
 def _open_at_once(opener, path: str, barrier, failures) -> None:
@@ -219,7 +233,8 @@ def _open_at_once(opener, path: str, barrier, failures) -> None:
         failures.put(f"{type(error).__name__}: {error}")
 
 
-def _race(tmp_path: Path, opener, trials: int, processes: int = 3) -> list[str]:
+def _race(tmp_path: Path, file_kind, trials: int, processes: int = 3) -> list[str]:
+    opener, is_whole = file_kind
     context = multiprocessing.get_context("fork")
     failures = context.SimpleQueue()
     for trial in range(trials):
@@ -237,6 +252,7 @@ def _race(tmp_path: Path, opener, trials: int, processes: int = 3) -> list[str]:
         with sqlite3.connect(path) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
             assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        is_whole(path, processes)
     found = []
     while not failures.empty():
         found.append(failures.get())
@@ -244,25 +260,19 @@ def _race(tmp_path: Path, opener, trials: int, processes: int = 3) -> list[str]:
 
 
 def test_processes_creating_one_knowledge_base_at_once_all_succeed(tmp_path):
-    assert _race(tmp_path, _open_knowledge_base, trials=15) == []
-    for trial in range(15):
-        with sqlite3.connect(tmp_path / f"file-{trial}.sqlite") as conn:
-            versions = sorted(v for (v,) in conn.execute("SELECT version FROM _ragloop_migrations"))
-        assert versions == [version for version, _ in MIGRATIONS]
+    assert _race(tmp_path, KNOWLEDGE_BASE, trials=15) == []
 
 
 def test_processes_creating_one_trace_file_at_once_all_store_their_runs(tmp_path):
     """Two servers sharing a new trace file: a run's trace was lost when its process opened
     the file while the other switched it to WAL ('database is locked', at once)."""
-    assert _race(tmp_path, _open_trace_store, trials=15) == []
-    for trial in range(15):
-        assert len(TraceStore(tmp_path / f"file-{trial}.sqlite").list()) == 3
+    assert _race(tmp_path, TRACE_FILE, trials=15) == []
 
 
 @pytest.mark.fuzz
-@pytest.mark.parametrize("opener", [_open_knowledge_base, _open_trace_store])
-def test_processes_creating_one_file_at_once_all_succeed_long(tmp_path, opener):
-    assert _race(tmp_path, opener, trials=300) == []
+@pytest.mark.parametrize("file_kind", [KNOWLEDGE_BASE, TRACE_FILE], ids=["kb", "traces"])
+def test_processes_creating_one_file_at_once_all_succeed_long(tmp_path, file_kind):
+    assert _race(tmp_path, file_kind, trials=300) == []
 
 
 # -- 9. damage and tampering are StoreError --------------------------------------------------------
