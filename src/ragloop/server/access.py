@@ -4,7 +4,9 @@ A request names its key as ``Authorization: Bearer <key>`` (or ``X-API-Key: <key
 hash is looked up among ``[server.keys.*]``. A key limited to collections gets engines and
 searches built over those collections only, so the limit is part of the store's query, never a
 filter applied afterwards. With no key configured the server is local-only: requests from
-loopback addresses act as an administrator, any other is refused.
+loopback addresses act as an administrator, any other is refused, and :class:`LocalGuard`
+keeps other web pages out (a loopback ``Host`` only, state-changing requests from the server's
+own origin only), since a browser on this machine is on loopback too.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Header, Request
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.config import KeySettings, ServerSettings, hash_key
 
@@ -145,3 +151,76 @@ def caller_of(
 
 
 CallerDep = Annotated[Caller, Depends(caller_of)]
+
+
+# -- keyless: this machine and this origin only -------------------------------------------------
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+
+
+def _origin(url: str, default_scheme: str) -> tuple[str, str, int | None] | None:
+    """(scheme, host, port) of a URL or of a ``Host`` value (``//`` prepended), or None when
+    it is not one."""
+    try:
+        parts = urlsplit(url if "//" in url else f"//{url}", scheme=default_scheme)
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    scheme = parts.scheme.lower()
+    return scheme, parts.hostname.lower(), port or DEFAULT_PORTS.get(scheme)
+
+
+class LocalGuard:
+    """ASGI middleware for a server without keys (with keys, keys decide and it lets all
+    through). A browser on this machine reaches loopback too, so without it any web page could
+    write to the server (a ``no-cors`` form post needs no CORS permission) and a name rebound to
+    127.0.0.1 could read it. It refuses:
+
+    - a ``Host`` that is not a loopback name or address, nor the address the connection came
+      to (421: DNS rebinding);
+    - a state-changing request (any method but GET, HEAD, OPTIONS) whose ``Origin`` (or, with
+      none, ``Referer``) is not this server's own origin nor one of ``[server] cors_origins``
+      (403: cross-site request forgery). A request with neither header comes from a program,
+      not a page, and passes.
+
+    One guard for the whole app, ``/mcp`` included (the MCP SDK's own check is switched off)."""
+
+    def __init__(self, app: ASGIApp, access: AccessControl) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and self.access.local_only:
+            refused = self.refusal(scope)
+            if refused is not None:
+                status, message = refused
+                await JSONResponse({"detail": message}, status_code=status)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def refusal(self, scope: Scope) -> tuple[int, str] | None:
+        headers = Headers(scope=scope)
+        scheme = str(scope.get("scheme") or "http")
+        own = _origin(headers.get("host", ""), scheme)
+        server = scope.get("server")
+        if own is None or not (is_loopback(own[1].strip("[]")) or own[1] == (server or ("",))[0]):
+            return 421, (
+                f"this server has no API keys and answers for its loopback address only, not "
+                f"for Host {headers.get('host', '')!r}; open it as http://127.0.0.1:PORT/ "
+                "(or add keys to ragloop.toml)"
+            )
+        if scope.get("method", "GET") in SAFE_METHODS:
+            return None
+        claimed = headers.get("origin") or headers.get("referer")
+        if claimed is None:
+            return None
+        allowed = {own, *(_origin(o, scheme) for o in self.access.settings.cors_origins)}
+        if _origin(claimed, scheme) not in allowed:
+            return 403, (
+                f"this server has no API keys and takes changes from its own page only, not from "
+                f"{claimed!r}; add keys to ragloop.toml ([server.keys.NAME]) to serve other sites"
+            )
+        return None

@@ -35,7 +35,7 @@ from ragloop.core.retrieval_records import RetrievalResult
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.server import openai_compat
-from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server.access import AccessDenied, CallerDep, LocalGuard
 from ragloop.server.schemas import (
     AskRequest,
     AskResponse,
@@ -63,7 +63,7 @@ def create_app(service: Service) -> FastAPI:
     if settings.mcp:
         from ragloop.server.mcp import mcp_http_app
 
-        mcp_app = mcp_http_app(service)
+        mcp_app = mcp_http_app(service, guarded=False)  # the app's own guard covers /mcp
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,6 +88,8 @@ def create_app(service: Service) -> FastAPI:
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "X-API-Key", "Content-Type"],
         )
+    # added last, so it runs first: without keys, other sites' pages are refused before anything
+    app.add_middleware(LocalGuard, access=service.access)
 
     @app.exception_handler(AccessDenied)
     async def denied(request: Request, error: AccessDenied) -> JSONResponse:

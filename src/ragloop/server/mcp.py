@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
@@ -30,7 +31,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.server.access import AccessDenied, Caller, key_of
+from ragloop.server.access import AccessDenied, Caller, LocalGuard, key_of
 from ragloop.server.service import Outcome, Service
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False, idempotent_hint=True)
@@ -230,11 +231,17 @@ class KeyCheck:
         await self.app(scope, receive, send)
 
 
-def mcp_http_app(service: Service, *, path: str = "/mcp") -> Starlette:
+def mcp_http_app(service: Service, *, path: str = "/mcp", guarded: bool = True) -> Starlette:
     """MCP over streamable HTTP at ``path``, keys checked; run its lifespan (the session
-    manager) with the app that serves it."""
+    manager) with the app that serves it. Without keys, :class:`LocalGuard` checks ``Host``
+    and ``Origin`` (``guarded=False`` when the app serving it has the guard already); the SDK's
+    own check is off so the rules are the same as the rest of the server's."""
     server = build_mcp(service)
-    host = service.settings.server.host
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    app = server.streamable_http_app(
+        streamable_http_path=path,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
     app.add_middleware(KeyCheck, service=service)
+    if guarded:
+        app.add_middleware(LocalGuard, access=service.access)
     return app
