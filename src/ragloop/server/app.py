@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
@@ -46,6 +48,7 @@ from ragloop.server.schemas import (
     IngestResponse,
     RetrieveRequest,
     RetrieveResponse,
+    SafeJSONResponse,
     SearchRequest,
     SearchResponse,
 )
@@ -79,6 +82,7 @@ def create_app(service: Service) -> FastAPI:
         description="Retrieval loops over your knowledge base: search, ask, retrieve, traces.",
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,
+        default_response_class=SafeJSONResponse,
     )
     app.state.service = service
     if settings.cors_origins:
@@ -90,6 +94,11 @@ def create_app(service: Service) -> FastAPI:
         )
     # added last, so it runs first: without keys, other sites' pages are refused before anything
     app.add_middleware(LocalGuard, access=service.access)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
+        # FastAPI's own handler echoes the input, which fails to encode when it is not Unicode
+        return SafeJSONResponse({"detail": jsonable_encoder(error.errors())}, status_code=422)
 
     @app.exception_handler(AccessDenied)
     async def denied(request: Request, error: AccessDenied) -> JSONResponse:
@@ -159,7 +168,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         )
         if body.stream or _wants_events(accept):
             return await _event_stream(events, lambda outcome: _answer(kind, outcome))
-        return JSONResponse(_answer(kind, await _finish(events)).model_dump(mode="json"))
+        return SafeJSONResponse(_answer(kind, await _finish(events)).model_dump(mode="json"))
 
     @app.post(
         "/v1/retrieve",
@@ -183,7 +192,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         if body.stream or _wants_events(accept):
             return await _event_stream(events, lambda outcome: _evidence(outcome, body.top_k))
         outcome = await _finish(events)
-        return JSONResponse(_evidence(outcome, body.top_k).model_dump(mode="json"))
+        return SafeJSONResponse(_evidence(outcome, body.top_k).model_dump(mode="json"))
 
     @app.get("/v1/chunks/{chunk_id}", response_model=ChunkOut, tags=["retrieval"])
     def chunk(chunk_id: str, caller: CallerDep) -> ChunkOut:
@@ -307,6 +316,17 @@ def sse(event: str, data: Any) -> str:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
 
 
+def json_safe_sse(event: str, data: Any) -> bytes:
+    """An event that always encodes (``\\u`` escapes for any text)."""
+    return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n".encode("ascii")
+
+
+def sse_bytes(event: str, data: Any) -> bytes:
+    """An event encoded here, not by the response: text that is not Unicode raises inside the
+    stream's ``try``, so the stream ends with ``event: error`` instead of breaking."""
+    return sse(event, data).encode("utf-8")
+
+
 async def _event_stream(
     events: AsyncGenerator[LoopEvent | Outcome, None], summary: Callable[[Outcome], BaseModel]
 ) -> StreamingResponse:
@@ -314,17 +334,18 @@ async def _event_stream(
     service refuses gets its HTTP status, not a stream."""
     first = await events.__anext__()
 
-    async def body() -> AsyncIterator[str]:
+    async def body() -> AsyncIterator[bytes]:
         item = first
         try:
             while isinstance(item, LoopEvent):
-                yield sse(item.kind.value, item.model_dump(mode="json"))
+                yield sse_bytes(item.kind.value, item.model_dump(mode="json"))
                 item = await events.__anext__()
-            yield sse("result", summary(item).model_dump(mode="json"))
-        except Exception as error:  # the run raised, or hit the hard deadline
+            yield sse_bytes("result", summary(item).model_dump(mode="json"))
+        except Exception as error:  # the run raised, hit the hard deadline, or cannot be sent
             logger.warning("a streamed run failed: %s", error)
             message = str(error) or type(error).__name__
-            yield sse("error", {"detail": message, "type": type(error).__name__})
+            detail = {"detail": message, "type": type(error).__name__}
+            yield json_safe_sse("error", detail)
         finally:
             await events.aclose()  # a client that went away cancels its run
 

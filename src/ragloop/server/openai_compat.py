@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ragloop.observability.events import LoopEvent
 from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server.schemas import UnicodeText
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
 PREFIX = "ragloop"
@@ -42,7 +43,7 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(UnicodeText):
     """The fields ragloop reads; the others OpenAI defines (temperature, ...) are accepted and
     have no effect on a loop."""
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.responses import JSONResponse
 
 from ragloop.components.citations import Citation
 from ragloop.core.budget import Budget, BudgetSpend
@@ -15,7 +19,69 @@ EngineName = Literal["rag", "agent", "retrieval"]
 Collections = str | list[str] | None
 
 
-class _Request(BaseModel):
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def lone_surrogate_at(data: Any, where: str = "the body") -> str | None:
+    """Where in a request's JSON a lone surrogate sits (``"\\ud800"`` is valid JSON but no
+    Unicode text: nothing downstream can encode it), or None."""
+    if isinstance(data, str):
+        return where if LONE_SURROGATE.search(data) else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            name = where if not (isinstance(key, str) and key.isascii()) else key
+            if where != "the body":
+                name = f"{where}.{name}"
+            found = lone_surrogate_at(key, f"a key of {where}") or lone_surrogate_at(value, name)
+            if found:
+                return found
+    if isinstance(data, list):
+        for n, item in enumerate(data):
+            found = lone_surrogate_at(item, f"{where}[{n}]")
+            if found:
+                return found
+    return None
+
+
+class UnicodeText(BaseModel):
+    """A request whose text is all Unicode: a lone surrogate anywhere in it is a 422 naming the
+    field, checked once before the fields are (every request model derives from this one)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_lone_surrogates(cls, data: Any) -> Any:
+        found = lone_surrogate_at(data)
+        if found is not None:
+            raise ValueError(
+                f"{found}: holds a lone surrogate (an unpaired \\ud800-\\udfff escape), "
+                "which is not Unicode text; send valid UTF-8"
+            )
+        return data
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON that always encodes: text that is not Unicode (a lone surrogate a validation error
+    echoes) goes out escaped, a number JSON has no word for (``Infinity``, which Python's json
+    module sends) as a string, instead of failing as a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:  # UnicodeEncodeError included
+            return json.dumps(_finite(content), separators=(",", ":")).encode("ascii")
+
+
+def _finite(data: Any) -> Any:
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    if isinstance(data, dict):
+        return {k: _finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [_finite(v) for v in data]
+    return data
+
+
+class _Request(UnicodeText):
     model_config = ConfigDict(extra="forbid")
 
 
