@@ -38,6 +38,7 @@ from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.server import openai_compat
 from ragloop.server.access import AccessDenied, CallerDep, LocalGuard
+from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import (
     AskRequest,
     AskResponse,
@@ -153,7 +154,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         responses={200: {"content": {"text/event-stream": {}}}},
     )
     async def ask(
-        body: AskRequest, caller: CallerDep, accept: Annotated[str | None, Header()] = None
+        request: Request,
+        body: AskRequest,
+        caller: CallerDep,
+        accept: Annotated[str | None, Header()] = None,
     ) -> Response:
         """Answer a question with a loop; JSON, or its events as they happen."""
         kind = body.engine or service.settings.engine.default
@@ -168,7 +172,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         )
         if body.stream or _wants_events(accept):
             return await _event_stream(events, lambda outcome: _answer(kind, outcome))
-        return SafeJSONResponse(_answer(kind, await _finish(events)).model_dump(mode="json"))
+        outcome = await unless_disconnected(request, _finish(events))
+        if isinstance(outcome, Response):  # the client went away: its run was cancelled
+            return outcome
+        return SafeJSONResponse(_answer(kind, outcome).model_dump(mode="json"))
 
     @app.post(
         "/v1/retrieve",
@@ -177,7 +184,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         responses={200: {"content": {"text/event-stream": {}}}},
     )
     async def retrieve(
-        body: RetrieveRequest, caller: CallerDep, accept: Annotated[str | None, Header()] = None
+        request: Request,
+        body: RetrieveRequest,
+        caller: CallerDep,
+        accept: Annotated[str | None, Header()] = None,
     ) -> Response:
         """The evidence a RetrievalLoop gathers for a question, with citations' sources."""
         events = service.run(
@@ -191,7 +201,9 @@ def _routes(app: FastAPI, service: Service) -> None:
         )
         if body.stream or _wants_events(accept):
             return await _event_stream(events, lambda outcome: _evidence(outcome, body.top_k))
-        outcome = await _finish(events)
+        outcome = await unless_disconnected(request, _finish(events))
+        if isinstance(outcome, Response):  # the client went away: its run was cancelled
+            return outcome
         return SafeJSONResponse(_evidence(outcome, body.top_k).model_dump(mode="json"))
 
     @app.get("/v1/chunks/{chunk_id}", response_model=ChunkOut, tags=["retrieval"])

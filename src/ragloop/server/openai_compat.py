@@ -18,12 +18,13 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Literal
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from ragloop.observability.events import LoopEvent
 from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import UnicodeText
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
@@ -90,7 +91,7 @@ def add_routes(app: FastAPI, service: Service) -> None:
         return {"object": "list", "data": data}
 
     @app.post("/v1/chat/completions", tags=["openai"])
-    async def chat(body: ChatRequest, caller: CallerDep) -> Response:
+    async def chat(request: Request, body: ChatRequest, caller: CallerDep) -> Response:
         """Ask a loop in OpenAI's chat completions format (streamed with ``stream: true``)."""
         kind = engine_of(body.model, default)
         question = question_of(body.messages)
@@ -104,10 +105,17 @@ def add_routes(app: FastAPI, service: Service) -> None:
             return StreamingResponse(
                 completion.chunks(first, events, usage), media_type="text/event-stream"
             )
-        item: LoopEvent | Outcome = first
-        while isinstance(item, LoopEvent):
-            item = await events.__anext__()
-        return JSONResponse(completion.whole(item))
+
+        async def finish() -> Outcome:
+            item: LoopEvent | Outcome = first
+            while isinstance(item, LoopEvent):
+                item = await events.__anext__()
+            return item
+
+        outcome = await unless_disconnected(request, finish())
+        if isinstance(outcome, Response):  # the client went away: its run was cancelled
+            return outcome
+        return JSONResponse(completion.whole(outcome))
 
 
 class Completion:
