@@ -130,7 +130,9 @@ class ServerSettings(_Section):
     With no ``keys`` the server answers requests from this machine only (and warns when bound
     to another address). ``max_body_bytes`` and ``max_question_chars`` cap a request,
     ``deadline_s`` its time (the run gets it as its wall-clock budget, then is cancelled),
-    ``max_concurrency_per_key`` the requests one key runs at once (more are refused with 429).
+    ``max_concurrency_per_key`` the requests one key runs at once (more are refused with 429),
+    ``header_timeout_s`` how long a connection may take to send a request's headers (slower
+    ones, slowloris, are closed).
     ``traces`` is where runs are stored (default: beside a SQLite knowledge base; give one file
     shared by every server process behind one PostgreSQL knowledge base)."""
 
@@ -141,6 +143,7 @@ class ServerSettings(_Section):
     max_question_chars: int = Field(default=4000, ge=1)
     deadline_s: float = Field(default=120.0, gt=0)
     max_concurrency_per_key: int = Field(default=16, ge=1)
+    header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     traces: str | None = None
     cors_origins: list[str] = Field(default_factory=list)
     mcp: bool = True

@@ -61,10 +61,17 @@ def mcp_command(
             import uvicorn
 
             from ragloop.server.mcp import mcp_http_app
+            from ragloop.server.protocol import uvicorn_options
 
             bound = port if port is not None else configured.mcp.port
             errors.print(f"ragloop MCP on http://{server.host}:{bound}/mcp (Ctrl-C stops)")
-            uvicorn.run(mcp_http_app(service), host=server.host, port=bound, log_level="warning")
+            uvicorn.run(
+                mcp_http_app(service),
+                host=server.host,
+                port=bound,
+                log_level="warning",
+                **uvicorn_options(server.header_timeout_s),
+            )
     finally:
         service.close()
         kb.close()

@@ -47,6 +47,7 @@ def serve(kb_location: str | None, host: str | None, port: int | None, no_mcp: b
     import uvicorn
 
     from ragloop.server.app import create_app
+    from ragloop.server.protocol import uvicorn_options
     from ragloop.server.service import Service
 
     configured = settings()
@@ -71,7 +72,13 @@ def serve(kb_location: str | None, host: str | None, port: int | None, no_mcp: b
     shown = f"[{server.host}]" if ":" in server.host else server.host
     errors.print(f"ragloop serving on http://{shown}:{server.port}/ (Ctrl-C stops)")
     try:
-        uvicorn.run(create_app(service), host=server.host, port=server.port, log_level="warning")
+        uvicorn.run(
+            create_app(service),
+            host=server.host,
+            port=server.port,
+            log_level="warning",
+            **uvicorn_options(server.header_timeout_s),
+        )
     finally:
         service.close()
         kb.close()

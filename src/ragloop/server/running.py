@@ -14,17 +14,23 @@ import uvicorn
 
 from ragloop.config import Settings
 from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.server.protocol import DEFAULT_HEADER_TIMEOUT_S, uvicorn_options
 
 
 class BackgroundServer:
     """uvicorn serving ``app`` on 127.0.0.1 (a free port unless given) in a daemon thread;
     ``url`` is where it listens. A context manager: leaving it stops the server."""
 
-    def __init__(self, app: Any, *, port: int = 0) -> None:
+    def __init__(
+        self, app: Any, *, port: int = 0, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+    ) -> None:
         self.socket = socket.socket()
         self.socket.bind(("127.0.0.1", port))
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        config = uvicorn.Config(
+            app, log_level="warning", lifespan="on", **uvicorn_options(header_timeout_s)
+        )
+        self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True
         )
@@ -54,8 +60,9 @@ def background_server(kb: KnowledgeBase, settings: Settings | None = None) -> It
     from ragloop.server.service import Service
 
     service = Service(kb, settings if settings is not None else load_settings())
+    timeout = service.settings.server.header_timeout_s
     try:
-        with BackgroundServer(create_app(service)) as running:
+        with BackgroundServer(create_app(service), header_timeout_s=timeout) as running:
             yield running.url
     finally:
         service.close()
