@@ -7,12 +7,14 @@ from typing import Literal
 import click
 
 from ragloop.cli import config_option
-from ragloop.cli.common import errors, kb_option, open_kb, settings
+from ragloop.cli.common import errors, kb_option, settings
+from ragloop.cli.serve import DEMO_HELP, bind, run_server, served_kb, shown_url
 
 
 @click.command(name="mcp")
 @config_option
 @kb_option
+@click.option("--demo", is_flag=True, help=DEMO_HELP)
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -23,6 +25,7 @@ from ragloop.cli.common import errors, kb_option, open_kb, settings
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="HTTP: port (8001).")
 def mcp_command(
     kb_location: str | None,
+    demo: bool,
     transport: Literal["stdio", "http"] | None,
     host: str | None,
     port: int | None,
@@ -43,12 +46,17 @@ def mcp_command(
     configured = settings()
     chosen = transport or configured.mcp.transport
     location = kb_location or configured.kb.location
-    kb = open_kb(location, create=False, embedder=configured.kb.embedder)
+    kb = served_kb(kb_location, demo=demo, location=location, embedder=configured.kb.embedder)
     if chosen == "http":
         server = configured.server.model_copy(
             update={"host": host or configured.mcp.host, "mcp": True}
         )
         configured = configured.model_copy(update={"server": server})
+        try:
+            sock = bind(server.host, port if port is not None else configured.mcp.port)
+        except click.ClickException:
+            kb.close()
+            raise
     service = Service(kb, configured)
     try:
         if chosen == "stdio":
@@ -58,20 +66,10 @@ def mcp_command(
 
             anyio.run(build_mcp(service).run_stdio_async)
         else:
-            import uvicorn
-
             from ragloop.server.mcp import mcp_http_app
-            from ragloop.server.protocol import uvicorn_options
 
-            bound = port if port is not None else configured.mcp.port
-            errors.print(f"ragloop MCP on http://{server.host}:{bound}/mcp (Ctrl-C stops)")
-            uvicorn.run(
-                mcp_http_app(service),
-                host=server.host,
-                port=bound,
-                log_level="warning",
-                **uvicorn_options(server.header_timeout_s),
-            )
+            errors.print(f"ragloop MCP on {shown_url(sock, '/mcp')} (Ctrl-C stops)")
+            run_server(mcp_http_app(service), sock, header_timeout_s=server.header_timeout_s)
     finally:
         service.close()
         kb.close()
