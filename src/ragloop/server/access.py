@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import urlsplit
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,6 +33,19 @@ class AccessDenied(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What HTTP says goes with the status: how to authenticate (401), when to retry
+        (429: a run takes seconds; one second is when a slot may have freed)."""
+        if self.status == 401:
+            return {"WWW-Authenticate": 'Bearer realm="ragloop"'}
+        if self.status == 429:
+            return {"Retry-After": "1"}
+        return {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"detail": self.message}, status_code=self.status, headers=self.headers)
 
 
 @dataclass(frozen=True)
@@ -138,16 +152,26 @@ def key_of(authorization: str | None, api_key: str | None) -> str | None:
     return api_key.strip() if api_key and api_key.strip() else None
 
 
+# declared as security schemes, so the OpenAPI page has an "Authorize" button for either
+bearer_scheme = HTTPBearer(
+    auto_error=False, description="An API key: `Authorization: Bearer <key>`."
+)
+api_key_scheme = APIKeyHeader(
+    name="X-API-Key", auto_error=False, description="An API key, as the header X-API-Key."
+)
+
+
 def caller_of(
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_api_key: Annotated[str | None, Header()] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)] = None,
+    x_api_key: Annotated[str | None, Depends(api_key_scheme)] = None,
 ) -> Caller:
     """The caller of an HTTP request (a FastAPI dependency; the app's ``state.service`` holds
     the access control)."""
     access: AccessControl = request.app.state.service.access
     client = request.client.host if request.client else None
-    return access.caller(key_of(authorization, x_api_key), client)
+    given = f"Bearer {bearer.credentials}" if bearer is not None else None
+    return access.caller(key_of(given, x_api_key), client)
 
 
 CallerDep = Annotated[Caller, Depends(caller_of)]
@@ -196,8 +220,7 @@ class LocalGuard:
         if scope["type"] in ("http", "websocket") and self.access.local_only:
             refused = self.refusal(scope)
             if refused is not None:
-                status, message = refused
-                await JSONResponse({"detail": message}, status_code=status)(scope, receive, send)
+                await AccessDenied(*refused).response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -27,6 +27,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 from starlette.routing import Route
 
@@ -77,7 +78,8 @@ def create_app(service: Service) -> FastAPI:
         async with mcp_app.router.lifespan_context(mcp_app):
             yield
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN
+    app = FastAPIOffline(
         title="ragloop",
         version=_version(),
         description="Retrieval loops over your knowledge base: search, ask, retrieve, traces.",
@@ -103,7 +105,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.exception_handler(AccessDenied)
     async def denied(request: Request, error: AccessDenied) -> JSONResponse:
-        return JSONResponse({"detail": error.message}, status_code=error.status)
+        return error.response()
 
     @app.exception_handler(TimeoutError)
     async def past_deadline(request: Request, error: TimeoutError) -> JSONResponse:

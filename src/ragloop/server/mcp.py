@@ -27,7 +27,6 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.observability.events import EventKind, LoopEvent
@@ -225,8 +224,7 @@ class KeyCheck:
                     client[0] if client else None,
                 )
             except AccessDenied as error:
-                response = JSONResponse({"detail": error.message}, status_code=error.status)
-                await response(scope, receive, send)
+                await error.response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

@@ -76,6 +76,7 @@ class Service:
         self.recorder.__enter__()
         self._engines: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
+        self._collections: frozenset[str] = frozenset()  # names seen; refreshed on a miss
 
     def close(self) -> None:
         self.recorder.__exit__(None, None, None)
@@ -135,6 +136,24 @@ class Service:
             raise AccessDenied(413, f"question: longer than {limit} characters")
         return question
 
+    def check_collections(self, caller: Caller, requested: str | Sequence[str] | None) -> None:
+        """A collection a request names must exist (404 otherwise, naming the ones the caller
+        may read), so a typo is not a 200 with no results. The names are cached and read
+        again only on a miss: a collection added since (by any process) is found."""
+        if requested is None:
+            return
+        names = [requested] if isinstance(requested, str) else list(requested)
+        if all(n in self._collections for n in names):
+            return
+        self._collections = frozenset(info.name for info in self.kb.collections())
+        missing = [n for n in names if n not in self._collections]
+        if missing:
+            readable = sorted(n for n in self._collections if caller.may_read(n))
+            raise AccessDenied(
+                404,
+                f"no collection {missing[0]!r}; this key may read: {', '.join(readable) or 'none'}",
+            )
+
     # -- what callers do ----------------------------------------------------------------------
     async def search(
         self,
@@ -147,6 +166,7 @@ class Service:
     ) -> list[Chunk]:
         self.check_question(query)
         scope = caller.scope(collections)
+        self.check_collections(caller, collections)
         collection = None if scope is None else list(scope)
         return await self.kb.asearch(query, top_k=top_k, collection=collection, mode=mode)
 
@@ -166,6 +186,7 @@ class Service:
         stops."""
         self.check_question(question)
         scope = caller.scope(collections)
+        self.check_collections(caller, collections)
         engine = self.engine(kind, scope, max_iterations=max_iterations, top_k=top_k)
         self.access.enter(caller)
         try:
