@@ -107,13 +107,6 @@ class Candidate:
     root: Path | None  # the folder it was found in, None for a file given directly
 
 
-def source_of(candidate: Candidate) -> tuple[str, Path]:
-    """A file's source and the folder it is relative to: its path within the folder given
-    (``/`` separators), or its name when the file was given by itself."""
-    root = candidate.root or candidate.path.parent
-    return candidate.path.relative_to(root).as_posix(), root
-
-
 def file_of(document: DocumentRecord) -> Path:
     """The file a stored document was read from: its ``root`` metadata joined with its source
     (a source without a root is a path already, as stored before sources were relative)."""

@@ -41,8 +41,6 @@ from ragloop.retrieval.ingest import (
     IngestReport,
     discover,
     file_of,
-    printable,
-    source_of,
 )
 from ragloop.retrieval.ingest_run import (
     FileItem,
@@ -55,6 +53,7 @@ from ragloop.retrieval.ingest_run import (
     store_text,
 )
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
+from ragloop.retrieval.sources import name_files
 from ragloop.retrieval.store import (
     CollectionInfo,
     Link,
@@ -209,37 +208,31 @@ class KnowledgeBase:
         not be read).
 
         A document's source is its path relative to the folder given (``library/os.html``), or
-        the file's name for a file given by itself; the folder is kept in the document's
-        metadata as ``root``. Knowledge bases built before sources were relative (absolute
-        paths) are converted as their files are ingested again. ``on_progress`` receives an
+        the file's name for a file given by itself; several folders given at once are named
+        relative to their common parent (``library/logging.html``, ``howto/logging.html``). A
+        file already stored keeps its source, and a source held by another file that still
+        exists is lengthened with the folders above it (:mod:`ragloop.retrieval.sources`): no
+        file replaces another's document. The folder a source is relative to is kept in the
+        document's metadata as ``root``. Knowledge bases built before sources were relative
+        (absolute paths) are converted as their files are ingested again. ``on_progress`` gets an
         :class:`~ragloop.retrieval.ingest.IngestProgress` after every file and every batch."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
         discovery = discover(list(paths))
         found, roots = discovery.found, discovery.roots
         report = IngestReport(skipped=list(discovery.skipped))
-        seen: dict[str, Path] = {}
-
-        def items() -> Iterable[Item]:
-            for candidate in found:
-                source, root = source_of(candidate)
-                if source in seen:
-                    report.skipped.append(
-                        (printable(candidate.path), f"same source {source!r} as {seen[source]}")
-                    )
-                    continue
-                seen[source] = candidate.path
-                yield FileItem(candidate.path, root, source, self.max_file_bytes, self.encodings)
-
-        self._ingest(items(), len(found), collection, report, on_progress, vectors)
+        named = name_files(found, roots, self.store.documents(collection))
+        items = (
+            FileItem(f.path, f.root, f.source, self.max_file_bytes, self.encodings) for f in named
+        )
+        self._ingest(items, len(found), collection, report, on_progress, vectors)
         if sync:
-            walked = {str(root) for root in roots}
+            files = {f.path for f in named}
             for doc in self.store.documents(collection):
-                if doc.source in seen or not discovery.may_remove(str(file_of(doc))):
+                file = file_of(doc)
+                if file in files or not discovery.may_remove(str(file)):
                     continue
-                root = doc.metadata.get("root")
-                legacy = root is None and any(Path(doc.source).is_relative_to(r) for r in roots)
-                if root in walked or legacy:
+                if any(file.is_relative_to(root) for root in roots):
                     report.removed += self.store.delete_document(doc.source, collection)
         return report
 
