@@ -282,18 +282,23 @@ class LoadedFile:
     metadata: dict[str, object]
 
 
-def read_file(path: Path, *, max_bytes: int) -> bytes:
-    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable)."""
-    try:
-        size = path.stat().st_size
-    except OSError as error:
-        raise SkipFile(f"cannot read: {error.strerror or error}") from None
+def check_size(size: int, max_bytes: int) -> None:
+    """:class:`SkipFile` for content over ``max_bytes`` or empty."""
     if size > max_bytes:
         raise SkipFile(
             f"file is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit (max_file_bytes)"
         )
     if size == 0:
         raise SkipFile("empty file")
+
+
+def read_file(path: Path, *, max_bytes: int) -> bytes:
+    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable)."""
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise SkipFile(f"cannot read: {error.strerror or error}") from None
+    check_size(size, max_bytes)
     try:
         return path.read_bytes()
     except PermissionError:

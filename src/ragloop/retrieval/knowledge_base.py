@@ -43,6 +43,7 @@ from ragloop.retrieval.ingest import (
     file_of,
 )
 from ragloop.retrieval.ingest_run import (
+    BytesItem,
     FileItem,
     Item,
     Progress,
@@ -53,7 +54,7 @@ from ragloop.retrieval.ingest_run import (
     store_text,
 )
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
-from ragloop.retrieval.sources import name_files
+from ragloop.retrieval.sources import name_files, upload_names
 from ragloop.retrieval.store import (
     CollectionInfo,
     Link,
@@ -268,6 +269,28 @@ class KnowledgeBase:
 
         total = len(documents) if isinstance(documents, Sized) else 0
         self._ingest(items(), total, collection, report, on_progress, vectors)
+        return report
+
+    def add_files(
+        self,
+        files: Iterable[tuple[str, bytes]],
+        *,
+        collection: str = "default",
+        on_progress: ProgressCallback | None = None,
+        vectors: VectorsWhen = "now",
+    ) -> IngestReport:
+        """Ingest files given as ``(name, bytes)`` (uploads), read as files of those names
+        are. The name, a relative path (``a/notes.md``), is the source; a file of a stored
+        source replaces it. A bad name (empty, absolute, ``..``, NUL, a part over 255 bytes) or
+        two files of one name: :class:`ConfigError` naming it, before anything is ingested."""
+        given = list(files)
+        sources = upload_names([name for name, _ in given])
+        items = [
+            BytesItem(source, data, self.max_file_bytes, self.encodings)
+            for source, (_, data) in zip(sources, given, strict=True)
+        ]
+        report = IngestReport()
+        self._ingest(items, len(items), collection, report, on_progress, vectors)
         return report
 
     def _ingest(

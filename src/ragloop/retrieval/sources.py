@@ -8,8 +8,11 @@
   is that file), whatever the folder given this time;
 - a source already held by a document of a *different* file that still exists is lengthened
   with the folders above it (``faq/index.html``, then ``python/faq/index.html``, ...) until it
-  is free: a later run never replaces another file's document. A document whose file is gone
-  (or that was given as text) is replaced only when it came from a file that no longer exists.
+  is free: a later run never replaces another file's document, nor one given as text. A
+  document whose file no longer exists is replaced.
+
+Uploads (:func:`upload_names`) are named by the relative path each part carries; a bad name or
+two parts of one name refuse the whole request before anything is ingested.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ragloop.core.errors import ConfigError
 from ragloop.retrieval.ingest import Candidate, file_of
 from ragloop.retrieval.store import DocumentRecord
 
@@ -95,3 +99,46 @@ def _exists(path: Path) -> bool:
         return path.exists()
     except OSError:  # cannot be looked at: treat it as there, never replace it
         return True
+
+
+MAX_NAME_BYTES = 255  # a file name's limit on most file systems, in UTF-8 bytes
+
+
+def upload_names(names: Sequence[str | None]) -> list[str]:
+    """The sources of uploaded files: each part's relative path, normalised (``\\`` read as
+    ``/``, ``./`` and doubled slashes dropped). :class:`ConfigError` naming the part when a
+    name is empty, absolute, climbs out (``..``), holds a NUL byte or a component over 255
+    bytes, or when two parts have the same name: nothing of such a request is ingested."""
+    sources: dict[str, int] = {}
+    for number, name in enumerate(names):
+        source = _upload_source(number, name)
+        if source in sources:
+            raise ConfigError(
+                "files",
+                f"parts {sources[source]} and {number} are both named {source!r}; "
+                "give each file its own name (a folder in the name keeps them apart: a/notes.md)",
+            )
+        sources[source] = number
+    return list(sources)
+
+
+def _upload_source(number: int, name: str | None) -> str:
+    def bad(reason: str) -> ConfigError:
+        return ConfigError("files", f"part {number} ({name!r}): {reason}")
+
+    if not name or not name.strip():
+        raise bad("the file name is empty")
+    if "\0" in name:
+        raise bad("the file name holds a NUL byte")
+    text = name.replace("\\", "/")
+    if text.startswith("/") or (len(text) > 1 and text[1] == ":" and text[0].isalpha()):
+        raise bad("an absolute path; give a relative one (notes.md, a/notes.md)")
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise bad("'..' in a file name would leave the upload")
+    if not parts:
+        raise bad("the name names no file")
+    for part in parts:
+        if len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise bad(f"a part of the name is over {MAX_NAME_BYTES} bytes")
+    return "/".join(parts)
