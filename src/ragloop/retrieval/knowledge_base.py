@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import Embedder
@@ -93,6 +93,13 @@ class Document(BaseModel):
     title: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     format: Literal["text", "markdown"] = "text"
+
+    @field_validator("source")
+    @classmethod
+    def _named(cls, source: str) -> str:
+        if not source.strip():  # a document no delete could name
+            raise ValueError("must not be empty")
+        return source
 
 
 class KnowledgeBaseStats(StoreStats):
@@ -219,6 +226,7 @@ class KnowledgeBase:
         :class:`~ragloop.retrieval.ingest.IngestProgress` after every file and every batch."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
+        check_collection(collection)
         discovery = discover(list(paths))
         found, roots = discovery.found, discovery.roots
         report = IngestReport(skipped=list(discovery.skipped))
@@ -250,6 +258,9 @@ class KnowledgeBase:
         ...}``). ``documents`` may be a generator: they are read one at a time, never held
         together (progress then counts them without a total)."""
         report = IngestReport()
+        check_collection(collection)
+        if isinstance(documents, list | tuple):  # all checked before any is stored
+            documents = [Document.model_validate(given) for given in documents]
 
         def items() -> Iterable[Item]:
             for given in documents:
@@ -304,6 +315,7 @@ class KnowledgeBase:
     ) -> None:
         if vectors not in ("now", "later"):
             raise ConfigError("vectors", f"must be 'now' or 'later', got {vectors!r}")
+        check_collection(collection)
         try:
             self._ingest_items(items, total, collection, report, on_progress, vectors)
         except KeyboardInterrupt:  # say what was saved: running again resumes from there
@@ -586,6 +598,12 @@ class KnowledgeBaseRetriever:
             mode=self.mode,
             filters=self.filters,
         )
+
+
+def check_collection(collection: object) -> None:
+    """:class:`ConfigError` for a collection no read could select (empty, blank, not text)."""
+    if not isinstance(collection, str) or not collection.strip():
+        raise ConfigError("collection", f"must be a name, got {collection!r}")
 
 
 def _parse_text(document: Document) -> ParsedDocument:
