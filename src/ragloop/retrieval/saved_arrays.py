@@ -80,7 +80,7 @@ def save(path: Path, arrays: dict[str, npt.NDArray[Any]], info: dict[str, Any]) 
         os.replace(partial, path)
         sync_folder(path.parent)
     except OSError as error:
-        _could_not_save(path, error)
+        could_not_save(path, error)
         partial.unlink(missing_ok=True)
         return False
     return True
@@ -106,7 +106,8 @@ def sync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
-def _could_not_save(path: Path, error: OSError) -> None:
+def could_not_save(path: Path, error: Exception) -> None:
+    """Say, once a process for a folder, in one line, that an index could not be saved."""
     folder = path.parent
     if folder in _unsaved:
         return
@@ -115,7 +116,7 @@ def _could_not_save(path: Path, error: OSError) -> None:
         "could not save the search index beside %s (%s); searching works, each process builds "
         "the index again",
         folder,
-        error.strerror or error,
+        getattr(error, "strerror", None) or error,
     )
 
 
