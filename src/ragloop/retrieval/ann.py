@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ragloop.retrieval import saved_arrays
+
 logger = logging.getLogger("ragloop")
 
 MIN_VECTORS = 200_000  # below this, the exact scan is fast enough (BENCHMARKS.md)
@@ -116,15 +118,18 @@ class ApproximateIndex:
         return cls(graph, mapped=True)
 
     def save(self, store: Path, columns: npt.NDArray[np.float32]) -> None:
-        """Save beside the store (written aside, then renamed: a reader never sees half a
-        file) and remove the graphs of earlier vectors."""
+        """Save beside the store (written aside, flushed, then renamed: a reader never sees
+        half a file) and remove the graphs of earlier vectors."""
         path = self.path(store, columns)
         partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
             self.graph.save(str(partial))
+            with open(partial, "rb+") as written:  # on the disk before the name points at it
+                os.fsync(written.fileno())
             os.replace(partial, path)
-        except OSError:  # a full disk or a read-only folder: the graph is built again later
-            logger.warning("could not save the vector graph %s", path, exc_info=True)
+            saved_arrays.sync_folder(path.parent)
+        except (OSError, RuntimeError) as error:  # a full disk, a read-only folder: built again
+            saved_arrays.could_not_save(path, error)
             partial.unlink(missing_ok=True)
             return
         for old in store.parent.glob(f"{store.name}-ann-*.usearch"):

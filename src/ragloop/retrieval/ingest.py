@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import errno
 import hashlib
 import logging
 import os
@@ -107,13 +108,6 @@ class Candidate:
     root: Path | None  # the folder it was found in, None for a file given directly
 
 
-def source_of(candidate: Candidate) -> tuple[str, Path]:
-    """A file's source and the folder it is relative to: its path within the folder given
-    (``/`` separators), or its name when the file was given by itself."""
-    root = candidate.root or candidate.path.parent
-    return candidate.path.relative_to(root).as_posix(), root
-
-
 def file_of(document: DocumentRecord) -> Path:
     """The file a stored document was read from: its ``root`` metadata joined with its source
     (a source without a root is a path already, as stored before sources were relative)."""
@@ -141,7 +135,9 @@ def printable(path: str | os.PathLike[str]) -> str:
 
 def _problem(error: BaseException) -> str:
     """Why a path could not be looked at, for the report."""
-    if isinstance(error, RuntimeError) or getattr(error, "errno", None) == 40:  # ELOOP
+    if isinstance(error, RecursionError):  # a RuntimeError too, but no loop
+        return "nested too deeply to look at"
+    if isinstance(error, RuntimeError) or getattr(error, "errno", None) == errno.ELOOP:
         return "symlink loop"
     if isinstance(error, OSError):
         return f"cannot read: {error.strerror or error}"
@@ -194,16 +190,18 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:
         out.found.append(Candidate(resolved, root))
 
     def walk(root: Path) -> None:
-        def unreadable(error: OSError) -> None:
-            out.skip(error.filename or root, f"cannot read folder: {error.strerror}", unread=True)
-
-        for folder, dirs, files in os.walk(root, onerror=unreadable):
-            current = Path(folder)
+        # an explicit stack, not recursion (os.walk recurses on Python 3.11): a folder 1,000
+        # levels deep is walked like any other; sorted names, depth first, as os.walk goes
+        stack = [root]
+        while stack:
+            folder = stack.pop()
+            listed = _listing(folder, out)
+            if listed is None:
+                continue
+            dirs, files = listed
             kept = []
-            for name in sorted(dirs):
-                sub = current / name
-                if _is_hidden(name) or name in SKIPPED_DIRS:
-                    continue
+            for name in dirs:
+                sub = folder / name
                 try:
                     if sub.is_symlink():
                         if not _inside(sub.resolve(), root):
@@ -212,15 +210,14 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:
                 except (OSError, RuntimeError) as error:
                     out.skip(sub, _problem(error), unread=not isinstance(error, RuntimeError))
                     continue
-                kept.append(name)
-            dirs[:] = kept
-            for name in sorted(files):
-                if not _is_hidden(name):
-                    try:
-                        consider(current / name, root)
-                    except (OSError, RuntimeError) as error:
-                        # this file may hold a document: sync must not remove it
-                        out.skip(current / name, _problem(error), unread=True)
+                kept.append(sub)
+            for name in files:
+                try:
+                    consider(folder / name, root)
+                except (OSError, RuntimeError) as error:
+                    # this file may hold a document: sync must not remove it
+                    out.skip(folder / name, _problem(error), unread=True)
+            stack.extend(reversed(kept))
 
     for given in paths:
         path = Path(given).expanduser()
@@ -238,6 +235,29 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:
         except (OSError, RuntimeError) as error:
             out.skip(path, _problem(error), unread=True)
     return out
+
+
+def _listing(folder: Path, out: Discovery) -> tuple[list[str], list[str]] | None:
+    """A folder's sub-folders and files to look at (sorted; hidden ones and ``SKIPPED_DIRS``
+    left out), or None, reported, when it cannot be listed."""
+    dirs, files = [], []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if _is_hidden(entry.name):
+                    continue
+                try:
+                    is_dir = entry.is_dir()  # a symlink to a folder too: checked by the caller
+                except OSError:
+                    is_dir = False
+                if not is_dir:
+                    files.append(entry.name)
+                elif entry.name not in SKIPPED_DIRS:
+                    dirs.append(entry.name)
+    except OSError as error:
+        out.skip(error.filename or folder, f"cannot read folder: {error.strerror}", unread=True)
+        return None
+    return sorted(dirs), sorted(files)
 
 
 def _utf8(path: Path) -> bool:
@@ -289,18 +309,23 @@ class LoadedFile:
     metadata: dict[str, object]
 
 
-def read_file(path: Path, *, max_bytes: int) -> bytes:
-    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable)."""
-    try:
-        size = path.stat().st_size
-    except OSError as error:
-        raise SkipFile(f"cannot read: {error.strerror or error}") from None
+def check_size(size: int, max_bytes: int) -> None:
+    """:class:`SkipFile` for content over ``max_bytes`` or empty."""
     if size > max_bytes:
         raise SkipFile(
             f"file is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit (max_file_bytes)"
         )
     if size == 0:
         raise SkipFile("empty file")
+
+
+def read_file(path: Path, *, max_bytes: int) -> bytes:
+    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable)."""
+    try:
+        size = path.stat().st_size
+    except OSError as error:
+        raise SkipFile(f"cannot read: {error.strerror or error}") from None
+    check_size(size, max_bytes)
     try:
         return path.read_bytes()
     except PermissionError:

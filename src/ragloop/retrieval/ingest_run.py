@@ -35,6 +35,7 @@ from ragloop.retrieval.ingest import (
     IngestProgress,
     IngestReport,
     SkipFile,
+    check_size,
     fingerprint,
     parse_file,
     printable,
@@ -44,7 +45,7 @@ from ragloop.retrieval.ingest import (
     storable_document,
 )
 from ragloop.retrieval.links import NameIndex, canonical, document_names, reverse_links
-from ragloop.retrieval.readers import ParsedDocument
+from ragloop.retrieval.readers import SUPPORTED_SUFFIXES, ParsedDocument
 from ragloop.retrieval.store import (
     ChunkRecord,
     DocumentRecord,
@@ -112,6 +113,40 @@ class FileItem:
         loaded = parse_file(self.data, self.path, encodings=self.encodings)
         self.data = b""
         return loaded.document, {**loaded.metadata, **(self.fingerprint or {})}
+
+
+@dataclass
+class BytesItem:
+    """A file's content given as bytes (an upload), named by ``source``: read as a file of
+    that name would be, with no folder of its own (no ``root``)."""
+
+    source: str
+    data: bytes
+    max_bytes: int
+    encodings: Sequence[str]
+    fingerprint: dict[str, Any] | None = None
+
+    @property
+    def shown(self) -> str:
+        return printable(self.source)
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def read(self) -> str:
+        suffix = Path(self.source).suffix.lower()
+        if suffix not in SUPPORTED_SUFFIXES:
+            raise SkipFile(
+                f"unsupported file type {f'{suffix!r}' if suffix else 'without an extension'}"
+            )
+        check_size(len(self.data), self.max_bytes)
+        return raw_hash(self.data)
+
+    def parse(self) -> tuple[ParsedDocument, dict[str, Any]]:
+        loaded = parse_file(self.data, Path(self.source), encodings=self.encodings)
+        self.data = b""
+        return loaded.document, dict(loaded.metadata)
 
 
 @dataclass

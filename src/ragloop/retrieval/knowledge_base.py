@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import Embedder
@@ -41,10 +41,9 @@ from ragloop.retrieval.ingest import (
     IngestReport,
     discover,
     file_of,
-    printable,
-    source_of,
 )
 from ragloop.retrieval.ingest_run import (
+    BytesItem,
     FileItem,
     Item,
     Progress,
@@ -55,6 +54,7 @@ from ragloop.retrieval.ingest_run import (
     store_text,
 )
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
+from ragloop.retrieval.sources import name_files, upload_names
 from ragloop.retrieval.store import (
     CollectionInfo,
     Link,
@@ -93,6 +93,13 @@ class Document(BaseModel):
     title: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     format: Literal["text", "markdown"] = "text"
+
+    @field_validator("source")
+    @classmethod
+    def _named(cls, source: str) -> str:
+        if not source.strip():  # a document no delete could name
+            raise ValueError("must not be empty")
+        return source
 
 
 class KnowledgeBaseStats(StoreStats):
@@ -209,37 +216,32 @@ class KnowledgeBase:
         not be read).
 
         A document's source is its path relative to the folder given (``library/os.html``), or
-        the file's name for a file given by itself; the folder is kept in the document's
-        metadata as ``root``. Knowledge bases built before sources were relative (absolute
-        paths) are converted as their files are ingested again. ``on_progress`` receives an
+        the file's name for a file given by itself; several folders given at once are named
+        relative to their common parent (``library/logging.html``, ``howto/logging.html``). A
+        file already stored keeps its source, and a source held by another file that still
+        exists is lengthened with the folders above it (:mod:`ragloop.retrieval.sources`): no
+        file replaces another's document. The folder a source is relative to is kept in the
+        document's metadata as ``root``. Knowledge bases built before sources were relative
+        (absolute paths) are converted as their files are ingested again. ``on_progress`` gets an
         :class:`~ragloop.retrieval.ingest.IngestProgress` after every file and every batch."""
         if isinstance(paths, str | os.PathLike):
             paths = [paths]
+        check_collection(collection)
         discovery = discover(list(paths))
         found, roots = discovery.found, discovery.roots
         report = IngestReport(skipped=list(discovery.skipped))
-        seen: dict[str, Path] = {}
-
-        def items() -> Iterable[Item]:
-            for candidate in found:
-                source, root = source_of(candidate)
-                if source in seen:
-                    report.skipped.append(
-                        (printable(candidate.path), f"same source {source!r} as {seen[source]}")
-                    )
-                    continue
-                seen[source] = candidate.path
-                yield FileItem(candidate.path, root, source, self.max_file_bytes, self.encodings)
-
-        self._ingest(items(), len(found), collection, report, on_progress, vectors)
+        named = name_files(found, roots, self.store.documents(collection))
+        items = (
+            FileItem(f.path, f.root, f.source, self.max_file_bytes, self.encodings) for f in named
+        )
+        self._ingest(items, len(found), collection, report, on_progress, vectors)
         if sync:
-            walked = {str(root) for root in roots}
+            files = {f.path for f in named}
             for doc in self.store.documents(collection):
-                if doc.source in seen or not discovery.may_remove(str(file_of(doc))):
+                file = file_of(doc)
+                if file in files or not discovery.may_remove(str(file)):
                     continue
-                root = doc.metadata.get("root")
-                legacy = root is None and any(Path(doc.source).is_relative_to(r) for r in roots)
-                if root in walked or legacy:
+                if any(file.is_relative_to(root) for root in roots):
                     report.removed += self.store.delete_document(doc.source, collection)
         return report
 
@@ -256,6 +258,9 @@ class KnowledgeBase:
         ...}``). ``documents`` may be a generator: they are read one at a time, never held
         together (progress then counts them without a total)."""
         report = IngestReport()
+        check_collection(collection)
+        if isinstance(documents, list | tuple):  # all checked before any is stored
+            documents = [Document.model_validate(given) for given in documents]
 
         def items() -> Iterable[Item]:
             for given in documents:
@@ -277,6 +282,28 @@ class KnowledgeBase:
         self._ingest(items(), total, collection, report, on_progress, vectors)
         return report
 
+    def add_files(
+        self,
+        files: Iterable[tuple[str, bytes]],
+        *,
+        collection: str = "default",
+        on_progress: ProgressCallback | None = None,
+        vectors: VectorsWhen = "now",
+    ) -> IngestReport:
+        """Ingest files given as ``(name, bytes)`` (uploads), read as files of those names
+        are. The name, a relative path (``a/notes.md``), is the source; a file of a stored
+        source replaces it. A bad name (empty, absolute, ``..``, NUL, a part over 255 bytes) or
+        two files of one name: :class:`ConfigError` naming it, before anything is ingested."""
+        given = list(files)
+        sources = upload_names([name for name, _ in given])
+        items = [
+            BytesItem(source, data, self.max_file_bytes, self.encodings)
+            for source, (_, data) in zip(sources, given, strict=True)
+        ]
+        report = IngestReport()
+        self._ingest(items, len(items), collection, report, on_progress, vectors)
+        return report
+
     def _ingest(
         self,
         items: Iterable[Item],
@@ -288,6 +315,7 @@ class KnowledgeBase:
     ) -> None:
         if vectors not in ("now", "later"):
             raise ConfigError("vectors", f"must be 'now' or 'later', got {vectors!r}")
+        check_collection(collection)
         try:
             self._ingest_items(items, total, collection, report, on_progress, vectors)
         except KeyboardInterrupt:  # say what was saved: running again resumes from there
@@ -570,6 +598,12 @@ class KnowledgeBaseRetriever:
             mode=self.mode,
             filters=self.filters,
         )
+
+
+def check_collection(collection: object) -> None:
+    """:class:`ConfigError` for a collection no read could select (empty, blank, not text)."""
+    if not isinstance(collection, str) or not collection.strip():
+        raise ConfigError("collection", f"must be a name, got {collection!r}")
 
 
 def _parse_text(document: Document) -> ParsedDocument:

@@ -229,6 +229,19 @@ class _Rows:
         return cls(pks, collections, list(names))
 
 
+def _rows_problem(rows: _Rows) -> str:
+    """What is wrong with an index's rows read from a saved file ("" when nothing): row pks are
+    in increasing order, one collection number each, naming a collection."""
+    if len(rows.collections) != len(rows.pks):
+        return f"{len(rows.pks)} rows but {len(rows.collections)} collection numbers"
+    if rows.pks.dtype != np.int64 or (len(rows.pks) > 1 and not (np.diff(rows.pks) > 0).all()):
+        return "its row numbers are not in increasing order"
+    codes = rows.collections
+    if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(rows.names)):
+        return "its collection numbers name no collection"
+    return ""
+
+
 def _row_block(
     rows: list[Any], names: dict[str, int]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int32]]:
@@ -709,8 +722,7 @@ class SQLiteStore:
             state = self._meta(conn, "text_state")
             path = self._saved_path("keyword", state)
             index = self._saved_keyword(path, generation) or self._build_keyword(conn, generation)
-        if not index.saved:
-            self._save(path, "keyword", index.rows, index.bm25.arrays(), {})
+        if not index.saved and self._save(path, "keyword", index.rows, index.bm25.arrays(), {}):
             # searched from the saved copy, as every later process does: its pages are the
             # kernel's to drop and read again, where the built arrays would stay resident
             index = self._saved_keyword(path, generation) or index
@@ -746,7 +758,10 @@ class SQLiteStore:
             return None
         arrays, _, rows = saved
         bm25 = BM25Index.from_arrays(len(rows.pks), arrays)
-        return None if bm25 is None else _KeywordIndex(generation, rows, bm25, saved=True)
+        if bm25 is None:
+            saved_arrays.damaged(path, "its postings do not hold together")
+            return None
+        return _KeywordIndex(generation, rows, bm25, saved=True)
 
     def _meta(self, conn: sqlite3.Connection, key: str) -> str | None:
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -766,29 +781,36 @@ class SQLiteStore:
         rows: _Rows,
         arrays: dict[str, npt.NDArray[Any]],
         info: dict[str, Any],
-    ) -> None:
+    ) -> bool:
         """Save an index's rows and ``arrays`` at ``path`` (beside the file, for this state of
-        it) and remove the ones saved for earlier states."""
+        it) and remove the ones saved for earlier states. False when it was not saved."""
         if path is None or self.read_only:
-            return
+            return False
         arrays = {"pks": rows.pks, "collections": rows.collections, **arrays}
-        if saved_arrays.save(path, arrays, {**info, "names": rows.names}):
-            saved_arrays.remove_others(path, f"{self.path.name}-{kind}-*.arrays")
+        if not saved_arrays.save(path, arrays, {**info, "names": rows.names}):
+            return False
+        saved_arrays.remove_others(path, f"{self.path.name}-{kind}-*.arrays")
+        return True
 
     def _load_saved(
         self, path: Path | None
     ) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any], _Rows] | None:
         """The arrays, info and rows :meth:`_save` wrote at ``path``; None when there is no
-        such file or its rows do not hold together."""
+        such file or its rows do not hold together (said in a warning: it is built again)."""
         saved = saved_arrays.load(path) if path else None
-        if saved is None:
+        if path is None or saved is None:
             return None
         arrays, info = saved
         try:
             rows = _Rows(arrays["pks"], arrays["collections"], list(info["names"]))
         except (KeyError, TypeError):
+            saved_arrays.damaged(path, "its rows are missing")
             return None
-        return (arrays, info, rows) if len(rows.collections) == len(rows.pks) else None
+        problem = _rows_problem(rows)
+        if problem:
+            saved_arrays.damaged(path, problem)
+            return None
+        return arrays, info, rows
 
     def _scope_mask(self, rows: _Rows, scope: Scope) -> npt.NDArray[np.bool_] | None:
         """Which rows of an index the scope admits (None: all)."""
@@ -1103,7 +1125,10 @@ class SQLiteStore:
         the keyword index does; the built columns are freed on return), or the built one when
         saving failed."""
         built = self._read_dense(conn, model, generation)
-        self._save(path, "dense", built.rows, {"columns": built.columns}, {"model_id": model[0]})
+        if not self._save(
+            path, "dense", built.rows, {"columns": built.columns}, {"model_id": model[0]}
+        ):
+            return built
         return self._saved_dense(path, model, generation) or built
 
     def _read_dense(
@@ -1142,6 +1167,8 @@ class SQLiteStore:
         if columns is None or info.get("model_id") != model[0]:
             return None
         if columns.dtype != np.float32 or columns.shape != (model[1], len(rows.pks)):
+            shape = (model[1], len(rows.pks))
+            saved_arrays.damaged(path, f"vectors of shape {columns.shape}, not {shape}")
             return None
         return _DenseIndex(generation, model[0], rows, columns)
 

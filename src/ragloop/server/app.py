@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import tempfile
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib import metadata
 from importlib.resources import files
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
@@ -37,6 +35,7 @@ from ragloop.core.rag_records import LoopResult
 from ragloop.core.retrieval_records import RetrievalResult
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
+from ragloop.retrieval.sources import upload_names
 from ragloop.server import openai_compat
 from ragloop.server.access import AccessDenied, CallerDep, LocalGuard
 from ragloop.server.disconnect import unless_disconnected
@@ -249,18 +248,13 @@ def _routes(app: FastAPI, service: Service) -> None:
         collection: Annotated[str, Form()] = "default",
     ) -> IngestResponse:
         """Upload files (txt, md, rst, html, json, jsonl, csv, pdf), read as `ragloop ingest`
-        reads them. Admin keys only."""
+        reads them. Admin keys only. Each file is named by the relative path its part carries
+        (`a/notes.md`); a bad name or two parts of one name refuse the request (422) before
+        anything is ingested."""
         caller.require_admin()
-        with tempfile.TemporaryDirectory(prefix="ragloop-upload-") as folder:
-            paths = []
-            for upload in files:
-                name = Path(upload.filename or "upload.txt").name
-                path = Path(folder) / name
-                path.write_bytes(await upload.read())
-                paths.append(path)
-            report = await asyncio.to_thread(
-                lambda: service.kb.ingest(paths, collection=collection)
-            )
+        upload_names([upload.filename for upload in files])  # refuse before reading any
+        given = [(upload.filename or "", await upload.read()) for upload in files]
+        report = await asyncio.to_thread(lambda: service.kb.add_files(given, collection=collection))
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
     @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
