@@ -15,6 +15,7 @@ import click
 import platformdirs
 from rich.console import Console
 
+from ragloop.cli.tables import CONTROLS
 from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.store import is_postgres_dsn
@@ -168,4 +169,7 @@ def shown_path(source: str) -> str:
 
 
 def print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    """``data`` as JSON; the control characters JSON leaves as they are (DEL, C1) written as
+    ``\\u`` escapes too, so the output is the same JSON and safe in a terminal."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    click.echo(CONTROLS.sub(lambda found: f"\\u{ord(found.group()):04x}", text))
