@@ -156,6 +156,16 @@ class MCPSettings(_Section):
     port: int = Field(default=8001, ge=0, le=65535)
 
 
+class TracesSettings(_Section):
+    """``[traces]``: what the local trace store keeps of each run (``ragloop ask``, ``ragloop
+    serve``). ``content``: the question, queries and answer (true, the default: the run's own
+    history on this machine); false keeps the run's structure only (steps, scores, chunk ids
+    and sources). Telemetry exported (logs, OpenTelemetry) keeps content out either way unless
+    ``RAGLOOP_TRACE_CONTENT=1``."""
+
+    content: bool = True
+
+
 class Settings(_Section):
     """The effective settings: the file's, with the environment's overrides."""
 
@@ -165,6 +175,7 @@ class Settings(_Section):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     mcp: MCPSettings = Field(default_factory=MCPSettings)
+    traces: TracesSettings = Field(default_factory=TracesSettings)
     # where they came from, for `ragloop config show` and error messages
     source: str | None = Field(default=None, exclude=True)
     overrides: tuple[str, ...] = Field(default=(), exclude=True)

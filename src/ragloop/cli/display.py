@@ -174,7 +174,7 @@ def print_trace(console: Console, record: TraceRecord) -> None:
             (
                 shorten(record.question, QUERY_CHARS)
                 if record.question
-                else "(not recorded: content capture was off)",
+                else "(not recorded: the trace keeps no content, [traces] content = false)",
                 "bold",
             ),
         )
