@@ -86,6 +86,13 @@ def test_a_file_name_with_escapes_is_shown_inert_when_ingested(tmp_path):
     assert_inert(out)
 
 
+def test_an_error_message_quoting_a_name_is_inert(tmp_path):
+    result = CliRunner().invoke(cli, ["search", "x", "--kb", str(tmp_path / f"kb{TITLE}.sqlite")])
+    assert result.exit_code == 1
+    assert "no knowledge base" in result.output
+    assert_inert(result.output)
+
+
 @pytest.mark.parametrize(
     ("text", "shown"),
     [
