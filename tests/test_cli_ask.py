@@ -140,9 +140,15 @@ def test_the_retrieval_engine_gathers_evidence_then_answers(kb_env):
     assert listed[0]["meta"]["engine"] == "retrieval"
 
 
-def test_content_capture_off_keeps_text_out_of_the_trace(kb_env):
+def test_traces_content_false_keeps_text_out_of_the_trace(kb_env):
+    """The local trace keeps the question by default (the export switch,
+    RAGLOOP_TRACE_CONTENT, governs logs and spans); `[traces] content = false` keeps it out."""
     _, env = kb_env
-    off = {**env, "RAGLOOP_TRACE_CONTENT": "0"}
+    export_off = {**env, "RAGLOOP_TRACE_CONTENT": "0"}
+    assert ragloop("ask", "How heavy is the Ridgeline 2 tent?", env=export_off).returncode == 0
+    listed = json.loads(ragloop("traces", "list", "--json", env=env).stdout)
+    assert listed[0]["question"] == "How heavy is the Ridgeline 2 tent?"
+    off = {**env, "RAGLOOP_TRACES__CONTENT": "false"}
     assert ragloop("ask", "How much does the Ridgeline 2 tent weigh?", env=off).returncode == 0
     listed = json.loads(ragloop("traces", "list", "--json", env=env).stdout)
     assert listed[0]["question"] is None

@@ -22,6 +22,7 @@ import secrets
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -158,6 +159,16 @@ class MCPSettings(_Section):
     port: int = Field(default=8001, ge=0, le=65535)
 
 
+class TracesSettings(_Section):
+    """``[traces]``: what the local trace store keeps of each run (``ragloop ask``, ``ragloop
+    serve``). ``content``: the question, queries and answer (true, the default: the run's own
+    history on this machine); false keeps the run's structure only (steps, scores, chunk ids
+    and sources). Telemetry exported (logs, OpenTelemetry) keeps content out either way unless
+    ``RAGLOOP_TRACE_CONTENT=1``."""
+
+    content: bool = True
+
+
 class Settings(_Section):
     """The effective settings: the file's, with the environment's overrides."""
 
@@ -167,26 +178,91 @@ class Settings(_Section):
     budget: BudgetSettings = Field(default_factory=BudgetSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     mcp: MCPSettings = Field(default_factory=MCPSettings)
+    traces: TracesSettings = Field(default_factory=TracesSettings)
     # where they came from, for `ragloop config show` and error messages
     source: str | None = Field(default=None, exclude=True)
     overrides: tuple[str, ...] = Field(default=(), exclude=True)
 
     def masked(self) -> dict[str, Any]:
-        """The settings as data, secrets masked: the model's API key, the password in a
-        PostgreSQL URL, and all but the start of each key's hash."""
-        data = self.model_dump(mode="json", exclude={"source", "overrides"})
+        """The settings as data, secrets masked: the model's API key, the credentials inside
+        every URL-valued setting (:func:`mask_url`: ``[kb] location``, ``[model] base_url`` and
+        ``spec``, ...), and all but the start of each key's hash."""
+        data: dict[str, Any] = _mask_urls(
+            self.model_dump(mode="json", exclude={"source", "overrides"})
+        )
         if self.model.api_key is not None:
-            data["model"]["api_key"] = "****"
-        if data["kb"]["location"]:
-            data["kb"]["location"] = mask_url(data["kb"]["location"])
+            data["model"]["api_key"] = MASK
         for key in data["server"]["keys"].values():
             key["hash"] = key["hash"][:15] + "…"
         return data
 
 
-def mask_url(location: str) -> str:
-    """A URL with its password replaced by ``****``."""
-    return re.sub(r"(//[^:@/]*:)[^@/]*@", r"\1****@", location)
+MASK = "****"
+# query parameters that carry a credential, compared lower-cased with '-' and '_' removed
+_SECRET_PARAMS = frozenset(
+    {
+        "apikey",
+        "key",
+        "token",
+        "accesstoken",
+        "authtoken",
+        "apitoken",
+        "idtoken",
+        "refreshtoken",
+        "password",
+        "passwd",
+        "pwd",
+        "secret",
+        "clientsecret",
+        "sig",
+        "signature",
+        "xapikey",
+        "xgoogapikey",
+    }
+)
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s\"'<>]+")
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the credentials of each URL in it replaced by ``****``: the password of
+    its user information (a lone user name too, as it is often a token) and the value of
+    every query parameter named like a credential (``api_key``, ``key``, ``token``, ``sig``,
+    ... in any case)."""
+    return _URL.sub(lambda found: _mask_one_url(found.group()), text)
+
+
+def _mask_one_url(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # not parseable (a bad IPv6 host): show only its scheme
+        return url.split("://", 1)[0] + "://" + MASK
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user, has_password, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{host}" if has_password else f"{MASK}@{host}"
+    query = (
+        "&".join(_mask_parameter(pair) for pair in parts.query.split("&")) if parts.query else ""
+    )
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url  # nothing to mask: the URL as written
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _mask_parameter(pair: str) -> str:
+    name, has_value, _ = pair.partition("=")
+    normalised = unquote_plus(name).lower().replace("-", "").replace("_", "")
+    return f"{name}={MASK}" if has_value and normalised in _SECRET_PARAMS else pair
+
+
+def _mask_urls(value: Any) -> Any:
+    if isinstance(value, str):
+        return mask_url(value)
+    if isinstance(value, dict):
+        return {k: _mask_urls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask_urls(v) for v in value]
+    return value
 
 
 # -- finding and reading -----------------------------------------------------------------------

@@ -114,8 +114,13 @@ def test_tool_calls_beyond_the_per_turn_cap_are_not_run():
     )
     result = loop.run(Q)
     assert [c["query"] for c in search.calls] == ["a", "b"]
-    assert result.tool_history[2].summary == "Not run: at most 2 tool calls of a turn are run."
-    assert len([m for m in result.messages if m.role == "tool"]) == 4  # every call answered
+    # only the calls that ran (and their results) go back to the model, with one note
+    assert [e.tool for e in result.tool_history] == ["search", "search", "answer"]
+    first = next(m for m in result.messages if m.role == "assistant")
+    assert [c.arguments["query"] for c in first.tool_calls] == ["a", "b"]
+    assert len([m for m in result.messages if m.role == "tool"]) == 3  # every kept call answered
+    notes = [m.content for m in result.messages if m.role == "user"][1:]
+    assert notes == ["1 tool calls over the cap of 2 were ignored."]
 
 
 def test_a_repeated_query_returns_already_searched_instead_of_running_again():

@@ -1,6 +1,8 @@
 """Privacy: with content capture off (the default), no document, question, prompt, query or
-answer text reaches the stored trace, the log records or the OpenTelemetry spans of any
-engine. With capture on, it does (so the check can fail)."""
+answer text reaches the log records or the OpenTelemetry spans of any engine; with capture on,
+it does (so the check can fail). A local trace (TraceRecorder) keeps the question and answer by
+default, whatever the switch, and none with content=False (`[traces] content = false`), even
+with capture on."""
 
 from __future__ import annotations
 
@@ -77,9 +79,12 @@ class Records(logging.Handler):
         self.events.append(record.getMessage())
 
 
-def _telemetry_text(spans, recorder: TraceRecorder, handler: Records) -> str:
-    parts = [json.dumps(r.model_dump(mode="json")) for r in recorder.records.values()]
-    parts += [json.dumps(handler.events, default=str)]
+def _trace_text(recorder: TraceRecorder) -> str:
+    return "\n".join(json.dumps(r.model_dump(mode="json")) for r in recorder.records.values())
+
+
+def _exported_text(spans, handler: Records) -> str:
+    parts = [json.dumps(handler.events, default=str)]
     for span in spans.get_finished_spans():
         parts.append(span.name + json.dumps(dict(span.attributes or {}), default=str))
         for event in span.events:
@@ -88,7 +93,9 @@ def _telemetry_text(spans, recorder: TraceRecorder, handler: Records) -> str:
 
 
 @pytest.mark.parametrize("capture", [False, True])
-def test_no_content_leaves_any_engine_unless_enabled(spans, capture):
+def test_no_content_is_exported_unless_enabled_and_local_traces_choose_for_themselves(
+    spans, capture
+):
     kb = KnowledgeBase.in_memory(embedder=None)
     kb.add_documents([Document(text=f"The Skylark tent uses {DOC_MARK} poles.", source="tents.md")])
     set_trace_content(capture)
@@ -100,13 +107,26 @@ def test_no_content_leaves_any_engine_unless_enabled(spans, capture):
     try:
         for name, run in engines(kb):
             spans.clear()
-            with TraceRecorder() as recorder:
+            with (
+                TraceRecorder() as local,
+                TraceRecorder(content=False) as bare,
+                TraceRecorder(content=None) as switched,
+            ):
                 run()
-            assert recorder.records, name
-            text = _telemetry_text(spans, recorder, handler)
+            assert local.records, name
             assert spans.get_finished_spans(), name
+            exported = _exported_text(spans, handler)
             for mark in (DOC_MARK, ASK_MARK):
-                assert (mark in text) is capture, (name, mark)
+                assert (mark in exported) is capture, (name, mark)
+                assert (mark in _trace_text(switched)) is capture, (name, mark)
+                assert mark not in _trace_text(bare), (name, mark)
+            # the local trace keeps the question and the answer by default
+            assert ASK_MARK in _trace_text(local), name
+            (record,) = local.records.values()
+            assert record.content
+            assert record.question == QUESTION
+            assert DOC_MARK in (record.answer or "") or name == "retrieval", name
+            assert not next(iter(bare.records.values())).content
             handler.events.clear()
     finally:
         logger.removeHandler(handler)

@@ -26,9 +26,9 @@ DOCS = {
 }
 
 
-def run_rag(store=None, question="What does it cost to hire a tent?"):
+def run_rag(store=None, question="What does it cost to hire a tent?", content=True):
     loop = RAGLoop.offline(InMemoryRetriever(DOCS), max_iterations=2)
-    with TraceRecorder(store, meta={"kb": "test"}) as recorder:
+    with TraceRecorder(store, meta={"kb": "test"}, content=content) as recorder:
         result = loop.run(question)
     (record,) = recorder.records.values()
     return result, record
@@ -58,10 +58,11 @@ def test_a_rag_run_becomes_a_record_whose_steps_match_the_result(tmp_path):
     assert [r.id for r in store.list()] == [record.id]
 
 
-def test_with_content_capture_off_no_text_is_stored(tmp_path):
-    set_trace_content(False)
+@pytest.mark.parametrize("capture", [False, True])
+def test_a_recorder_without_content_stores_no_text_whatever_the_switch(tmp_path, capture):
+    set_trace_content(capture)  # the export's switch; [traces] content = false decides here
     store = TraceStore(tmp_path / "traces.sqlite")
-    result, record = run_rag(store)
+    result, record = run_rag(store, content=False)
     stored = store.get(record.id)
     assert (stored.content, stored.question, stored.answer) == (False, None, None)
     steps = trace_steps(stored)
@@ -72,6 +73,14 @@ def test_with_content_capture_off_no_text_is_stored(tmp_path):
     raw = store.path.read_bytes()
     assert b"hire a tent" not in raw
     assert b"Gear Library" not in raw
+
+
+def test_a_local_trace_keeps_the_question_and_answer_by_default(tmp_path):
+    set_trace_content(False)  # nothing exported; the local trace is the run's own
+    store = TraceStore(tmp_path / "traces.sqlite")
+    result, record = run_rag(store)
+    stored = store.get(record.id)
+    assert (stored.content, stored.question, stored.answer) == (True, result.query, result.answer)
 
 
 def test_agent_runs_are_recorded_turn_by_turn(tmp_path):
@@ -157,8 +166,7 @@ def test_the_html_report_is_self_contained_and_shows_the_run():
 
 
 def test_a_trace_without_content_still_renders():
-    set_trace_content(False)
-    _, record = run_rag()
+    _, record = run_rag(content=False)
     page = parse(render_html(record))
     assert "question not recorded" in " ".join(page.text)
     assert page.count("li", "step") == record.iterations

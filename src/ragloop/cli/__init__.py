@@ -71,6 +71,16 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(importlib.import_module(module), attribute)
         return command
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as error:
+            # an error message may quote stored data or a path: shown, never obeyed
+            from ragloop.cli.tables import printable
+
+            error.message = printable(error.message)  # type: ignore[misc]  # Final in the stubs only
+            raise
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
         # shortened as click shortens a command's help, from the summary alone

@@ -15,6 +15,7 @@ import click
 from ragloop import RagloopError, RetrievalLoop, RetrievalResult
 from ragloop.cli.common import kb_option, open_kb, print_json, shown_path, text_argument
 from ragloop.cli.demo import open_demo
+from ragloop.cli.tables import printable
 from ragloop.observability import install_json_logging
 
 SHOWN_CHUNKS = 5
@@ -52,7 +53,7 @@ def render(result: RetrievalResult) -> str:
         for rank, chunk in enumerate(result.chunks[:SHOWN_CHUNKS], 1):
             where = shown_path(chunk.source)
             lines.append(f"  {rank}. {chunk.score:.3f} {where}: {_short(chunk.content, 70)}")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 @click.command(name="agent-loop")

@@ -27,7 +27,6 @@ from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
-from ragloop.observability.settings import set_trace_content, trace_content_configured
 from ragloop.observability.traces import TraceRecorder, TraceStore, summarize
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
@@ -161,8 +160,8 @@ def ask(
     """Answer QUESTION from the knowledge base, showing each iteration of the loop.
 
     QUESTION "-" reads the question from standard input. Works offline by default. Every run
-    is stored as a trace beside the knowledge base (see `ragloop traces`);
-    RAGLOOP_TRACE_CONTENT=0 leaves document and prompt text out.
+    is stored as a trace beside the knowledge base (see `ragloop traces`), with the question
+    and answer unless ragloop.toml says `[traces] content = false`.
     """
     if question is None and not demo:
         raise click.UsageError("give a QUESTION, or --demo to ask the demo questions")
@@ -170,8 +169,6 @@ def ask(
         question = text_argument(question, "question")
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
-    if not trace_content_configured():
-        set_trace_content(True)  # a local trace of your own question: keep its text
     configured = config_settings()
     engine = engine or configured.engine.default
     model_options = configured.model.options() if model_spec is None else {}
@@ -197,7 +194,8 @@ def ask(
     try:
         options = {**settings, "budget": budget} if budget is not None else dict(settings)
         loop = build_engine(engine, kb, model_spec, options, model_options)
-        with TraceRecorder(store, meta=meta) as recorder:
+        # a local trace of your own question keeps its text unless [traces] content = false
+        with TraceRecorder(store, meta=meta, content=configured.traces.content) as recorder:
             outcomes = [
                 ask_one(
                     loop,

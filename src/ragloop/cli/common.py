@@ -15,8 +15,10 @@ import click
 import platformdirs
 from rich.console import Console
 
+from ragloop.cli.tables import CONTROLS
 from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.retrieval.metadata import public_metadata
 from ragloop.retrieval.store import is_postgres_dsn
 
 if TYPE_CHECKING:
@@ -168,4 +170,21 @@ def shown_path(source: str) -> str:
 
 
 def print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    """``data`` as JSON, each chunk's metadata as clients see it (:func:`public_metadata`);
+    the control characters JSON leaves as they are (DEL, C1) written as ``\\u`` escapes too,
+    so the output is the same JSON and safe in a terminal."""
+    text = json.dumps(_public_chunks(data), indent=2, ensure_ascii=False, default=str)
+    click.echo(CONTROLS.sub(lambda found: f"\\u{ord(found.group()):04x}", text))
+
+
+def _public_chunks(data: Any) -> Any:
+    """``data`` (dumped records) with each chunk's metadata (a dict holding ``content`` and
+    ``metadata``) reduced to :func:`public_metadata`."""
+    if isinstance(data, list):
+        return [_public_chunks(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    shown = {key: _public_chunks(value) for key, value in data.items()}
+    if "content" in shown and isinstance(shown.get("metadata"), dict):
+        shown["metadata"] = public_metadata(shown["metadata"])
+    return shown

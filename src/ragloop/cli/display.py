@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ragloop.cli.common import shown_path
-from ragloop.cli.tables import cell, shorten
+from ragloop.cli.tables import cell, printable, shorten
 from ragloop.core.records import StopReason
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.traces import TraceRecord, TraceStep, summarize, trace_steps
@@ -38,12 +38,12 @@ def render_step(step: TraceStep, engine: str) -> RenderableType:
     label = {"agent": "Turn", "retrieval": "Retrieval hop"}.get(engine, "Iteration")
     title.append(f"{label} {step.number}", style="bold")
     if step.strategy:
-        title.append(f"  {step.strategy}", style="cyan")
+        title.append(f"  {printable(step.strategy)}", style="cyan")
     elif engine == "rag" and step.number == 1:
         title.append("  original question", style="cyan")
     tools = [t for t in dict.fromkeys(step.tools) if t != "search"]
     if tools:
-        title.append("  " + ", ".join(tools), style="magenta")
+        title.append(printable("  " + ", ".join(tools)), style="magenta")
     lines: list[RenderableType] = [title]
     for query in step.queries:
         lines.append(Text.assemble(("  query  ", "dim"), (shorten(query, QUERY_CHARS), "italic")))
@@ -111,9 +111,11 @@ def render_answer(answer: str | None, stop_reason: str, detail: str) -> Renderab
     """The answer in a panel whose title and colour say how far to trust it
     (:func:`answer_title`)."""
     title, colour = answer_title(stop_reason)
-    body = Text(answer or "(no answer)")
+    body = Text(printable(answer or "(no answer)"))
     footer = Text.assemble(
-        ("stopped: ", "dim"), (stop_reason, stop_style(stop_reason)), (f"  {detail}", "dim")
+        ("stopped: ", "dim"),
+        (printable(stop_reason), stop_style(stop_reason)),
+        (f"  {printable(detail)}", "dim"),
     )
     return Panel(
         Group(body, Text(""), footer), title=title, title_align="left", border_style=colour
@@ -134,7 +136,7 @@ class LiveSteps:
     def __call__(self, event: LoopEvent) -> None:
         status = live_status(event)
         if status is not None and self.on_status is not None:
-            self.on_status(status)
+            self.on_status(cell(status))  # a status line is markup
         events = self.events.setdefault(event.run_id, [])
         events.append(event)
         if event.kind is not EventKind.ITERATION or event.iteration is None:
@@ -165,14 +167,14 @@ def live_status(event: LoopEvent) -> str | None:
 def print_trace(console: Console, record: TraceRecord) -> None:
     """A stored trace: its question, each step, and the answer."""
     when = datetime.fromtimestamp(record.started_at).strftime("%Y-%m-%d %H:%M:%S")
-    console.print(Rule(f"trace {record.id[:12]}", align="left"))
+    console.print(Rule(f"trace {cell(record.id[:12])}", align="left"))
     console.print(
         Text.assemble(
             ("question  ", "dim"),
             (
                 shorten(record.question, QUERY_CHARS)
                 if record.question
-                else "(not recorded: content capture was off)",
+                else "(not recorded: the trace keeps no content, [traces] content = false)",
                 "bold",
             ),
         )
@@ -180,7 +182,7 @@ def print_trace(console: Console, record: TraceRecord) -> None:
     steps = trace_steps(record)
     summary = summarize(record, steps)
     meta = ", ".join(f"{k}={v}" for k, v in record.meta.items() if v is not None and k != "engine")
-    console.print(Text(f"engine {summary.engine} · {when} · {meta}", style="dim"))
+    console.print(Text(printable(f"engine {summary.engine} · {when} · {meta}"), style="dim"))
     console.print()
     for step in steps:
         print_step(console, step, record.engine)
@@ -196,6 +198,6 @@ def print_step(console: Console, step: TraceStep, engine: str) -> None:
         console.print(render_step(hop, "retrieval"))
     if step.hop_stops:
         stops = ", ".join(dict.fromkeys(step.hop_stops))
-        console.print(Text(f"  retrieval stopped: {stops}", style="dim"), "")
+        console.print(Text(printable(f"  retrieval stopped: {stops}"), style="dim"), "")
     if step.finished:
         console.print(render_step(step, engine))

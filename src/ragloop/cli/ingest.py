@@ -44,7 +44,7 @@ def progress_display(quiet: bool) -> Iterator[Callable[[IngestProgress], None]]:
         def show(state: IngestProgress) -> None:
             if state.phase == "reading":
                 name = Path(state.source).name if state.source else ""
-                description = f"reading {name}"
+                description = f"reading {cell(name)}"  # markup, and a name may hold anything
                 done, total = state.files_done, state.files_total
                 counts = f"{done:,}/{total:,} files, {state.chunks_stored:,} chunks"
                 unit = "files"

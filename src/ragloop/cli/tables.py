@@ -10,6 +10,7 @@ shortened only where it is listed, never in what it came from (:func:`shorten`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,9 @@ from rich.text import Text
 
 # room a text column needs before folding makes it unreadable
 _MIN_TEXT_WIDTH = 12
+# what a terminal obeys instead of showing: C0 controls but tab and newline (ESC, BEL, CR ...),
+# DEL, the C1 controls (CSI, OSC, ... in one character) and the bidirectional overrides
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass(frozen=True)
@@ -30,18 +34,32 @@ class Column:
     numeric: bool = False
 
 
+def printable(text: object) -> str:
+    """``text`` safe to print to a terminal: each control character shown as its escape
+    (``ESC`` as ``\\x1b``), so stored data (a file name, a chunk, a question, an answer) can
+    never clear the screen, set the window title or move the cursor. Every command prints
+    stored data through it (or :func:`cell`, :func:`shorten`, :func:`print_table`)."""
+    return CONTROLS.sub(_visible, str(text))
+
+
+def _visible(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
 def shorten(text: str, limit: int) -> str:
     """``text`` on one line, cut to about ``limit`` characters with a note of its full length
-    (for listings of questions and queries, which may be very long)."""
-    flat = " ".join(text.split())
+    (for listings of questions and queries, which may be very long); :func:`printable`."""
+    flat = " ".join(printable(text).split())
     if len(flat) <= limit:
         return flat
     return f"{flat[: limit - 1].rstrip()}… ({len(flat):,} characters)"
 
 
 def cell(text: object) -> str:
-    """Text shown as it is, however many brackets it has (rich markup escaped)."""
-    return escape(str(text))
+    """Text shown as it is, however many brackets it has (rich markup escaped), and no
+    control character (:func:`printable`): how stored data goes into rich markup."""
+    return escape(printable(text))
 
 
 def print_table(
@@ -55,7 +73,9 @@ def print_table(
     """Print a listing (see the module docstring). Cells may hold rich markup; escape what
     comes from the user with :func:`cell`."""
     specs = [c if isinstance(c, Column) else Column(c) for c in columns]
-    table_rows = [list(row) for row in rows]
+    # markup is kept; a control character that slipped past cell() is shown, never obeyed
+    table_rows = [[printable(c) for c in row] for row in rows]
+    title = printable(title) if title is not None else None
     if not console.is_terminal:
         _print_plain(console, specs, table_rows, title, show_header)
         return

@@ -57,7 +57,7 @@ def list_traces(kb_location: str | None, demo: bool, limit: int, as_json: bool) 
         print_json([r.model_dump(mode="json", exclude={"events"}) for r in records])
         return
     if not records:
-        console.print(f"no traces yet in {store.path}")
+        console.print(f"no traces yet in {cell(store.path)}")
         return
     rows = []
     for r in records:
@@ -66,7 +66,8 @@ def list_traces(kb_location: str | None, demo: bool, limit: int, as_json: bool) 
             cell(shorten(r.question, QUESTION_CHARS)) if r.question else "[dim](not recorded)[/]"
         )
         engine = str(r.meta.get("engine") or r.engine)
-        rows.append([r.id[:12], when, engine, question, str(r.iterations), r.stop_reason or "-"])
+        stopped = cell(r.stop_reason or "-")
+        rows.append([cell(r.id[:12]), when, cell(engine), question, str(r.iterations), stopped])
     columns: list[Column | str] = ["id", "when", "engine", "question"]
     columns += [Column("iterations", numeric=True), "stopped"]
     print_table(console, columns, rows, title=str(store.path))

@@ -188,8 +188,8 @@ class Corpus:
             return list(kb.search(query, top_k=top_k, mode=dense, **scope))
 
         def linked(ids: Sequence[str], limit: int = 10) -> list[Chunk]:
-            found = kb.linked_chunks(ids, limit=limit)
-            return [c for c in found if in_scope.accepts(c.metadata.get("collection"), c.metadata)]
+            # scoped in the knowledge base's query: out-of-scope targets never use up the limit
+            return list(kb.linked_chunks(ids, limit=limit, **scope))
 
         def fetch(ids: Sequence[str]) -> list[Chunk]:
             found = kb.store.get_chunks(ids)

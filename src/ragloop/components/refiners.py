@@ -13,7 +13,9 @@ Every refiner returns None when it has nothing new to search, which ends the run
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from ragloop.components.rewriting import Evidence, relation_terms
 from ragloop.components.text import STOPWORDS, content_terms, normalize_query, tokenize
@@ -71,9 +73,16 @@ LinkedChunks = Callable[..., list[Chunk]]
 
 
 def _link_graph(retriever: object) -> LinkedChunks | None:
-    """The knowledge base's ``linked_chunks`` behind a retriever (or a knowledge base)."""
+    """The knowledge base's ``linked_chunks`` behind a retriever (or a knowledge base), kept
+    to the retriever's collections and filters: a name is followed only when its document is
+    one the caller may read (the store's query selects it, so others' existence never shows)."""
     found = getattr(getattr(retriever, "kb", retriever), "linked_chunks", None)
-    return found if callable(found) else None
+    if not callable(found):
+        return None
+    scope = {k: getattr(retriever, k) for k in ("collection", "filters") if hasattr(retriever, k)}
+    if not hasattr(retriever, "kb") or not scope:  # the knowledge base itself: every collection
+        return cast(LinkedChunks, found)
+    return functools.partial(found, **scope)
 
 
 class EntityBridgeRefiner:

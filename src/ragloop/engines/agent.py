@@ -378,32 +378,34 @@ class _AgentRun:
                 self.error = f"controller failed in turn {turn}: {type(error).__name__}: {error}"
                 self._turn_event(turn, None)
                 return StopReason.ERROR
-            self.messages.append(
-                Message(role="assistant", content=response.text, tool_calls=response.tool_calls)
-            )
-            if not response.tool_calls:
+            # only the first max_tool_calls_per_turn calls run, and only they go back to the
+            # model: a reply with thousands of calls must not grow every later request
+            cap = loop.max_tool_calls_per_turn
+            calls, ignored = response.tool_calls[:cap], max(0, len(response.tool_calls) - cap)
+            self.messages.append(Message(role="assistant", content=response.text, tool_calls=calls))
+            if not calls:
                 self._turn_event(turn, response)
                 if response.text.strip():
                     self.answer = response.text
                     return StopReason.ANSWERED
                 self.error = f"controller reply in turn {turn} had neither text nor tool calls"
                 return StopReason.ERROR
-            ended = await self._tools(turn, response.tool_calls)
-            self._turn_event(turn, response)
+            ended = await self._tools(turn, calls)
+            if ignored:
+                note = f"{ignored} tool calls over the cap of {cap} were ignored."
+                self.messages.append(Message(role="user", content=note))
+            self._turn_event(turn, response, calls=calls, ignored=ignored)
             if ended is not None:
                 return ended
 
     async def _tools(self, turn: int, calls: list[ToolCall]) -> StopReason | None:
         """Run one turn's tool calls; the stop reason if they end the run."""
-        cap = self.loop.max_tool_calls_per_turn
         steps: list[_Step] = []
         ending: _Step | None = None
         keys: set[tuple[str, str | None]] = set()
-        for index, tool_call in enumerate(calls):
+        for tool_call in calls:  # at most max_tool_calls_per_turn: the rest were dropped
             step = _Step(tool_call)
-            if index >= cap:
-                step.summary = f"Not run: at most {cap} tool calls of a turn are run."
-            elif ending is not None:
+            if ending is not None:
                 step.summary = f"Not run: the {ending.call.name} call before it ended the loop."
             else:
                 self._plan(step, keys)
@@ -653,14 +655,23 @@ class _AgentRun:
             EventKind.TOOL_CALL, iteration=entry.iteration, attributes=attributes, content=content
         )
 
-    def _turn_event(self, turn: int, response: ModelResponse | None) -> None:
-        calls = response.tool_calls if response is not None else []
+    def _turn_event(
+        self,
+        turn: int,
+        response: ModelResponse | None,
+        *,
+        calls: list[ToolCall] | None = None,
+        ignored: int = 0,
+    ) -> None:
+        if calls is None:
+            calls = response.tool_calls if response is not None else []
         usage = response.usage if response is not None else None
         self.telemetry.event(
             EventKind.ITERATION,
             iteration=turn,
             attributes={
                 "tool_calls": [c.name for c in calls],
+                "ignored_tool_calls": ignored,
                 "failed": response is None,
                 "input_tokens": usage.input_tokens if usage else None,
                 "output_tokens": usage.output_tokens if usage else None,

@@ -114,22 +114,25 @@ class NestedRuns:
         return root
 
 
-_listeners: list[Listener] = []
+_listeners: list[Listening] = []
 _lock = threading.Lock()
 
 
 class Listening:
-    """A registered listener; :meth:`close` (or leaving the ``with`` block) unregisters it."""
+    """A registered listener; :meth:`close` (or leaving the ``with`` block) unregisters it.
+    ``content``: whether it gets events with their content (True), without (False), or as
+    the capture switch says (None)."""
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Listener, content: bool | None = None) -> None:
         self.listener = listener
+        self.content = content
         with _lock:
-            _listeners.append(listener)
+            _listeners.append(self)
 
     def close(self) -> None:
         with _lock:
-            if self.listener in _listeners:
-                _listeners.remove(self.listener)
+            if self in _listeners:
+                _listeners.remove(self)
 
     def __enter__(self) -> Listening:
         return self
@@ -143,16 +146,21 @@ class Listening:
         self.close()
 
 
-def listen(listener: Listener) -> Listening:
+def listen(listener: Listener, *, content: bool | None = None) -> Listening:
     """Call ``listener(event)`` for every event of every run until closed.
 
     Use it as a context manager (``with listen(events.append): loop.run(q)``) or keep the
     handle and call ``close()``. Listeners are process-wide and called from the thread that
-    runs the engine; tell runs apart by ``event.run_id``.
+    runs the engine; tell runs apart by ``event.run_id``. Events carry their content
+    (queries, answers, ...) as the capture switch says (:func:`set_trace_content`), unless
+    ``content`` chooses for this listener: True always (a local trace of the run, as
+    :class:`~ragloop.observability.traces.TraceRecorder` keeps by default), False never.
     """
     if not callable(listener):
         raise TypeError(f"listener must be callable, got {type(listener).__name__}")
-    return Listening(listener)
+    if content is not None and not isinstance(content, bool):
+        raise TypeError(f"content must be True, False or None, got {content!r}")
+    return Listening(listener, content)
 
 
 def _describe(event: LoopEvent) -> str:
@@ -163,15 +171,24 @@ def _describe(event: LoopEvent) -> str:
     return f"{event.engine} {event.kind.value} run={event.run_id}{where} {details}".rstrip()
 
 
-def emit(event: LoopEvent) -> None:
-    """Deliver ``event`` to the listeners, the ``ragloop`` logger and the active span."""
+def emit(event: LoopEvent, *, full: LoopEvent | None = None, bare: LoopEvent | None = None) -> None:
+    """Deliver ``event`` to the listeners, the ``ragloop`` logger and the active span; a
+    listener that chose (``listen(content=...)``) gets ``full`` (the event with its content)
+    or ``bare`` (without) instead, when given."""
     with _lock:
         listeners = list(_listeners)
-    for listener in listeners:
+    for listening in listeners:
+        chosen = event
+        if listening.content is True and full is not None:
+            chosen = full
+        elif listening.content is False and bare is not None:
+            chosen = bare
         try:
-            listener(event)
+            listening.listener(chosen)
         except Exception:
-            logger.warning("ragloop event listener %r raised; skipped", listener, exc_info=True)
+            logger.warning(
+                "ragloop event listener %r raised; skipped", listening.listener, exc_info=True
+            )
     step = event.kind in STEP_KINDS
     level = logging.DEBUG if step else logging.INFO
     if logger.isEnabledFor(level):

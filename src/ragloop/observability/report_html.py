@@ -76,6 +76,9 @@ footer { color:var(--muted); font-size:.8rem; text-align:center; }
 """
 
 
+NOT_RECORDED = "(question not recorded: the trace keeps no content, [traces] content = false)"
+
+
 def _e(text: object) -> str:
     return escape(str(text), quote=True)
 
@@ -177,7 +180,7 @@ def _hops(step: TraceStep) -> str:
     items = []
     for hop in step.hops:
         best = hop.best_chunk_score
-        found = f"{len(hop.chunks)} chunk(s)" + (f", best {best:.3f}" if best is not None else "")
+        found = f"{hop.chunk_count} chunk(s)" + (f", best {best:.3f}" if best is not None else "")
         queries = " | ".join(hop.queries) or "(query not recorded)"
         items.append(f"<li class='hop'>hop {hop.number}: <code>{_e(queries)}</code> {found}</li>")
     stops = " ".join(
@@ -230,7 +233,7 @@ def render_html(record: TraceRecord) -> str:
     else:
         values = [(s.number, s.score) for s in finished]
         label = "Evaluation score per iteration"
-    question = record.question or "(question not recorded: content capture was off)"
+    question = record.question or NOT_RECORDED
     answer = record.answer or ("(not recorded)" if not record.content else "(no answer)")
     duration = f"{record.duration_ms:.0f} ms" if record.duration_ms is not None else "-"
     try:

@@ -95,10 +95,13 @@ class RunTelemetry:
         run's telemetry unless content capture is on."""
         self._server_text.extend(server_text(error))
 
-    def _public(self, attributes: dict[str, Any]) -> dict[str, Any]:
-        """Attributes fit for telemetry: secrets redacted, servers' text withheld."""
+    def _public(
+        self, attributes: dict[str, Any], *, withhold_always: bool = False
+    ) -> dict[str, Any]:
+        """Attributes fit for telemetry: secrets redacted, servers' text withheld (unless
+        content capture is on, or always with ``withhold_always``)."""
         attributes = redact_all(attributes)
-        if self._server_text and not trace_content_enabled():
+        if self._server_text and (withhold_always or not trace_content_enabled()):
             attributes = {
                 k: withhold(v, self._server_text) if isinstance(v, str) else v
                 for k, v in attributes.items()
@@ -126,10 +129,13 @@ class RunTelemetry:
             attributes=redact_all({**(attributes or {}), **(content or {})}),
         )
         stream_event(event)
-        if not trace_content_enabled() and (content or self._server_text):
-            event = event.model_copy(update={"attributes": self._public(dict(attributes or {}))})
-        emit(event)
-        return event
+        full = bare = event
+        if content or self._server_text:
+            public = self._public(dict(attributes or {}), withhold_always=True)
+            bare = event.model_copy(update={"attributes": public})
+        shown = full if trace_content_enabled() else bare
+        emit(shown, full=full, bare=bare)
+        return shown
 
     def finish(
         self,

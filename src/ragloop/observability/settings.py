@@ -1,8 +1,10 @@
 """The one switch for content capture, shared by events, logs and spans.
 
-Queries, chunk text, prompts, answers and tool arguments/results stay out of telemetry unless
-capture is enabled, by ``RAGLOOP_TRACE_CONTENT=1`` in the environment or by
-:func:`set_trace_content` (which wins over the environment until reset with ``None``).
+Queries, chunk text, prompts, answers and tool arguments/results stay out of telemetry (logs,
+spans, and listeners that did not choose, see ``listen(content=...)``) unless capture is
+enabled, by ``RAGLOOP_TRACE_CONTENT=1`` in the environment or by :func:`set_trace_content`
+(which wins over the environment until reset with ``None``). A local trace
+(:class:`~ragloop.observability.traces.TraceRecorder`) chooses for itself: content by default.
 """
 
 from __future__ import annotations
@@ -29,10 +31,3 @@ def trace_content_enabled() -> bool:
     if _override is not None:
         return _override
     return os.environ.get(CONTENT_ENV, "").strip().lower() in _TRUE
-
-
-def trace_content_configured() -> bool:
-    """Whether anyone chose: :func:`set_trace_content` was called with True or False, or
-    ``RAGLOOP_TRACE_CONTENT`` is set. Tools that store traces locally (``ragloop ask``) turn
-    capture on only when nobody chose."""
-    return _override is not None or bool(os.environ.get(CONTENT_ENV, "").strip())

@@ -65,50 +65,74 @@ def streaming() -> bool:
     return _sink.get() is not None
 
 
+class _Progress(Generic[R]):
+    """What a stream's generator shares with its :class:`RunStream`: the run's task and
+    result. The generator holds this, never the stream, so a stream dropped after a ``break``
+    is freed at once (no reference cycle waiting for the garbage collector) and its run
+    cancelled then."""
+
+    def __init__(self) -> None:
+        self.task: asyncio.Task[R] | None = None
+        self.result: R | None = None
+        self.done = False
+
+
+async def _events(
+    start: Callable[[], Coroutine[Any, Any, R]],
+    context: contextvars.Context,
+    progress: _Progress[R],
+) -> AsyncGenerator[LoopEvent, None]:
+    loop = asyncio.get_running_loop()
+    sink = _Sink(loop, context.get(_sink))
+    context.run(_sink.set, sink)  # the run, and only the run, sees the sink
+    task = loop.create_task(start(), context=context)
+    progress.task = task
+    task.add_done_callback(lambda _: sink.put(_END))
+    try:
+        while True:
+            item = await sink.queue.get()
+            if item is _END:
+                break
+            assert isinstance(item, LoopEvent)
+            yield item
+        while not sink.queue.empty():  # events put by other threads just before the end
+            item = sink.queue.get_nowait()
+            if isinstance(item, LoopEvent):
+                yield item
+        progress.result = await task
+        progress.done = True
+    finally:
+        if not task.done():
+            task.cancel()
+            # wait for the run to end its trace; never raise the cancellation from here
+            await asyncio.wait([task])
+
+
 class RunStream(Generic[R]):
     """The events of one run as they happen: ``async for event in stream``. After the last
     event, :attr:`result` is the run's result; an exception the run raised is raised by the
     iteration instead. Use it as an async context manager (or call :meth:`aclose`) to cancel
-    a run you stop reading early."""
+    a run you stop reading early; a stream dropped unfinished (a ``break`` out of
+    ``async for``) cancels its run as soon as it is freed."""
 
     def __init__(self, start: Callable[[], Coroutine[Any, Any, R]]) -> None:
-        self._start = start
-        self._context = contextvars.copy_context()
-        self._result: R | None = None
-        self._done = False
-        self._events = self._run()
+        self._progress: _Progress[R] = _Progress()
+        self._events = _events(start, contextvars.copy_context(), self._progress)
 
     @property
     def result(self) -> R:
         """The run's result, once every event has been read."""
-        if not self._done:
+        if not self._progress.done:
             raise RuntimeError("the run has not finished: read the stream to its end first")
-        return self._result  # type: ignore[return-value]
+        return self._progress.result  # type: ignore[return-value]
 
-    async def _run(self) -> AsyncGenerator[LoopEvent, None]:
-        loop = asyncio.get_running_loop()
-        sink = _Sink(loop, self._context.get(_sink))
-        self._context.run(_sink.set, sink)  # the run, and only the run, sees the sink
-        task = loop.create_task(self._start(), context=self._context)
-        task.add_done_callback(lambda _: sink.put(_END))
-        try:
-            while True:
-                item = await sink.queue.get()
-                if item is _END:
-                    break
-                assert isinstance(item, LoopEvent)
-                yield item
-            while not sink.queue.empty():  # events put by other threads just before the end
-                item = sink.queue.get_nowait()
-                if isinstance(item, LoopEvent):
-                    yield item
-            self._result = await task
-            self._done = True
-        finally:
-            if not task.done():
-                task.cancel()
-                # wait for the run to end its trace; never raise the cancellation from here
-                await asyncio.wait([task])
+    def __del__(self) -> None:
+        # dropped unfinished: cancel the run now rather than when asyncio gets round to
+        # closing the generator (which then waits for the run to end its trace)
+        task = self._progress.task
+        if task is not None and not task.done():
+            with contextlib.suppress(RuntimeError):  # the event loop is closed already
+                task.get_loop().call_soon_threadsafe(task.cancel)
 
     def __aiter__(self) -> RunStream[R]:
         return self

@@ -5,10 +5,13 @@ each run's events, and when a run finishes writes them to a :class:`TraceStore` 
 :class:`TraceRecord`. Nothing here knows an engine's internals: what a trace shows is what the
 events say, so a new engine's runs are stored as soon as it emits events.
 
-Content follows the telemetry switch (:func:`~ragloop.set_trace_content` /
-``RAGLOOP_TRACE_CONTENT``): with capture off, a stored trace keeps the structure of the run
-(iterations, strategies, scores, chunk ids, sources and scores) but no question, query, answer
-or document text; ``TraceRecord.content`` says which kind a trace is.
+A recorder keeps the run's content (question, queries, answer) by default: a local trace is the
+run's own history on this machine, unlike the telemetry exported (logs, OpenTelemetry spans),
+which keeps content out unless capture is on (:func:`~ragloop.set_trace_content` /
+``RAGLOOP_TRACE_CONTENT``). ``TraceRecorder(content=False)`` (``[traces] content = false`` in
+``ragloop.toml``) keeps the structure of the run only (iterations, strategies, scores, chunk
+ids, sources and scores), whatever the switch; ``content=None`` follows the switch.
+``TraceRecord.content`` says which kind a trace is.
 
 The store is its own SQLite file, beside the knowledge base by default
 (:func:`traces_path_for`): traces are the user's history, not the corpus, so a knowledge base can
@@ -265,12 +268,21 @@ class TraceRecorder:
     Each finished run becomes a :class:`TraceRecord` in ``records`` (by run id) and, given a
     ``store``, is saved there. ``meta`` is stored with every record (the knowledge base, the
     model, the settings of the command that ran it), with the :func:`trace_meta` of the run.
+    ``content``: keep the question, queries and answer (True, the default), never (False), or
+    as the telemetry capture switch says (None); see the module docstring.
     """
 
     def __init__(
-        self, store: TraceStore | None = None, *, meta: Mapping[str, Any] | None = None
+        self,
+        store: TraceStore | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        content: bool | None = True,
     ) -> None:
+        if content is not None and not isinstance(content, bool):
+            raise TypeError(f"content must be True, False or None, got {content!r}")
         self.store = store
+        self.content = content
         self.meta = redact_all(dict(meta or {}))  # a model given as a URL may carry a key
         self.records: dict[str, TraceRecord] = {}
         self._events: dict[str, list[LoopEvent]] = {}
@@ -294,13 +306,14 @@ class TraceRecorder:
                 return
             del self._events[root]
             meta = {**self.meta, **self._meta.pop(root, {})}
-        record = TraceRecord.from_events(events, content=trace_content_enabled(), meta=meta)
+        content = trace_content_enabled() if self.content is None else self.content
+        record = TraceRecord.from_events(events, content=content, meta=meta)
         self.records[record.id] = record
         if self.store is not None:
             self.store.save(record)
 
     def __enter__(self) -> TraceRecorder:
-        self._listening = listen(self)
+        self._listening = listen(self, content=self.content)
         return self
 
     def __exit__(
@@ -316,10 +329,14 @@ class TraceRecorder:
 
 @contextmanager
 def recording(
-    store: TraceStore | None = None, *, meta: Mapping[str, Any] | None = None
+    store: TraceStore | None = None,
+    *,
+    meta: Mapping[str, Any] | None = None,
+    content: bool | None = True,
 ) -> Iterator[TraceRecorder]:
-    """``with recording(store) as recorder: loop.run(q)`` stores the run's trace."""
-    with TraceRecorder(store, meta=meta) as recorder:
+    """``with recording(store) as recorder: loop.run(q)`` stores the run's trace
+    (``content`` as :class:`TraceRecorder`'s)."""
+    with TraceRecorder(store, meta=meta, content=content) as recorder:
         yield recorder
 
 
@@ -355,6 +372,15 @@ class TraceStep:
     hops: list[TraceStep] = field(default_factory=list)
     hop_stops: list[str] = field(default_factory=list)
     finished: bool = True  # False for hops whose step never finished (the run stopped first)
+    # a retrieval hop's searches, from its search events: the queries run (a decomposed
+    # question's parts, a refiner's sub-queries), in order
+    searched: list[str] = field(default_factory=list)
+    results: int | None = None  # how many chunks a hop's searches returned (its results_n)
+
+    @property
+    def chunk_count(self) -> int:
+        """The chunks the step found: a hop's own count when its events give one."""
+        return self.results if self.results is not None else len(self.chunks)
 
     @property
     def best_chunk_score(self) -> float | None:
@@ -397,7 +423,7 @@ def trace_steps(record: TraceRecord) -> list[TraceStep]:
             if event.kind is EventKind.RUN_FINISHED:
                 stops.append(str(event.attributes.get("stop_reason")))
                 hops += [h for _, h in sorted(nested.pop(event.run_id, {}).items())]
-            elif event.kind is EventKind.ITERATION and event.iteration is not None:
+            elif event.kind in _HOP_EVENTS and event.iteration is not None:
                 _read_step(nested.setdefault(event.run_id, {}), event, "retrieval")
             continue
         step = _read_step(steps, event, record.engine)
@@ -412,14 +438,21 @@ def trace_steps(record: TraceRecord) -> list[TraceStep]:
     return ordered
 
 
+_HOP_EVENTS = (EventKind.ITERATION, EventKind.SEARCH)
+
+
 def _read_step(steps: dict[int, TraceStep], event: LoopEvent, engine: str) -> TraceStep | None:
     """Add one event to the step it belongs to; that step, or None for a run-level event."""
-    if event.iteration is None or event.kind not in (EventKind.ITERATION, EventKind.TOOL_CALL):
+    kinds = _HOP_EVENTS if engine == "retrieval" else (EventKind.ITERATION, EventKind.TOOL_CALL)
+    if event.iteration is None or event.kind not in kinds:
         return None
     a = event.attributes
     # agent turns and retrieval hops count from 0 in events, RAGLoop iterations from 1
     number = event.iteration + 1 if engine in ("agent", "retrieval") else event.iteration
     step = steps.setdefault(number, TraceStep(number=number, at=event.timestamp))
+    if event.kind is EventKind.SEARCH:
+        _read_search(step, a)
+        return None  # the hop is read when its iteration event ends it
     if event.kind is EventKind.TOOL_CALL:
         tool = str(a.get("tool"))
         step.tools.append(tool)
@@ -432,7 +465,11 @@ def _read_step(steps: dict[int, TraceStep], event: LoopEvent, engine: str) -> Tr
         step.chunks += _chunks(a)
         return step
     queries = a.get("queries")
-    if isinstance(queries, list):
+    if isinstance(a.get("results_n"), int):
+        step.results = a["results_n"]
+    if step.searched:  # a hop: what it searched, not the question it was given
+        step.queries = list(step.searched)
+    elif isinstance(queries, list):
         step.queries = [str(q) for q in queries]
     step.strategy = a.get("strategy") or step.strategy
     step.reasoning = a.get("reasoning") if isinstance(a.get("reasoning"), str) else None
@@ -446,6 +483,20 @@ def _read_step(steps: dict[int, TraceStep], event: LoopEvent, engine: str) -> Tr
     if a.get("chunks"):
         step.chunks = _chunks(a)
     return step
+
+
+def _read_search(step: TraceStep, attributes: Mapping[str, Any]) -> None:
+    """A retrieval hop's search: its query (when content was recorded) and its chunks, merged
+    with the hop's other searches' (one entry per chunk, its best score, best first)."""
+    query = attributes.get("query")
+    if isinstance(query, str) and query not in step.searched:
+        step.searched.append(query)
+    best = {c.id: c for c in step.chunks}
+    for chunk in _chunks(attributes):
+        held = best.get(chunk.id)
+        if held is None or chunk.score > held.score:
+            best[chunk.id] = chunk
+    step.chunks = sorted(best.values(), key=lambda c: -c.score)
 
 
 @dataclass(frozen=True)

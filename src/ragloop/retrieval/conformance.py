@@ -342,6 +342,37 @@ class KnowledgeBaseConformance:
         assert kb.stats().documents == 3
         kb.close()
 
+    def test_links_are_scoped_to_collections_in_the_store_query(self, tmp_path: Path) -> None:
+        """A caller limited to some collections gets only the links whose target is in them,
+        from the store's own query: another collection's document named in the text never
+        shows, nor uses up the limit."""
+        kb = self.make_kb(tmp_path, HashEmbedder(128))
+        kb.add_documents(
+            [Document(text="A company.", source="n", title="Northgear")], collection="private"
+        )
+        kb.add_documents(
+            [
+                Document(
+                    text="Ridgeline tents by Northgear, sold in Oslo.",
+                    source="r",
+                    title="Ridgeline",
+                ),
+                Document(text="A city.", source="o", title="Oslo"),
+            ],
+            collection="public",
+        )
+        first = kb.search("Ridgeline tents", mode="bm25", top_k=1, collection="public")[0]
+        every = kb.store.links_from([first.id])
+        assert sorted(link.mention for link in every) == ["Northgear", "Oslo"]
+        assert [link.mention for link in kb.store.links_from([first.id], ["public"])] == ["Oslo"]
+        assert kb.store.links_from([first.id], []) == []
+        linked = kb.linked_chunks([first.id], limit=1, collection="public")
+        assert [c.metadata["title"] for c in linked] == ["Oslo"]
+        assert kb.linked_chunks([first.id], collection="private") == kb.linked_chunks(
+            [first.id], collection=["private"]
+        )
+        kb.close()
+
 
 class _TopicEmbedder:
     """Vectors by topic: texts about retries point one way, options another, any other text a

@@ -497,7 +497,7 @@ class KnowledgeBase:
         if scope.empty:
             return []
         targets: dict[str, Link] = {}
-        for link in self.store.links_from(chunk_ids):
+        for link in self.store.links_from(chunk_ids, scope.collections):
             targets.setdefault(link.target_id, link)
         found = []
         for chunk in self.store.get_chunks(list(targets)):

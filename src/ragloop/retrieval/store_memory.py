@@ -243,10 +243,22 @@ class InMemoryStore:
                 if link.chunk_id in ids and link.target_id in ids:
                     self._links.setdefault((link.chunk_id, link.target_id), link.mention)
 
-    def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
+    def links_from(
+        self, chunk_ids: Sequence[str], collections: Sequence[str] | None = None
+    ) -> list[Link]:
         wanted = set(chunk_ids)
-        order = {s.chunks[i].id: n for n, (s, i) in enumerate(self._entries())}
-        found = [Link(a, b, m) for (a, b), m in self._links.items() if a in wanted]
+        entries = self._entries()
+        order = {s.chunks[i].id: n for n, (s, i) in enumerate(entries)}
+        allowed = (
+            None
+            if collections is None
+            else {s.chunks[i].id for s, i in entries if s.doc.collection in collections}
+        )
+        found = [
+            Link(a, b, m)
+            for (a, b), m in self._links.items()
+            if a in wanted and (allowed is None or b in allowed)
+        ]
         return sorted(found, key=lambda link: (order[link.chunk_id], order[link.target_id]))
 
     # -- bookkeeping -------------------------------------------------------------------------------

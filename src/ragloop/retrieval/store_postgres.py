@@ -626,14 +626,25 @@ class PostgresStore:
             prepare=False,  # see _delete_documents
         )
 
-    def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
-        if not chunk_ids:
+    def links_from(
+        self, chunk_ids: Sequence[str], collections: Sequence[str] | None = None
+    ) -> list[Link]:
+        if not chunk_ids or (collections is not None and not collections):
             return []
+        scoped = (
+            ""
+            if collections is None
+            else (" AND b.document_id IN (SELECT id FROM documents WHERE collection = ANY (%s))")
+        )
+        params: list[Any] = [list(chunk_ids)]
+        if collections is not None:  # the target's collection, in the query
+            params.append(list(collections))
         with self._connection() as conn:
             rows = conn.execute(
                 "SELECT a.id, b.id, l.mention FROM links l JOIN chunks a ON a.pk = l.chunk_pk "
-                "JOIN chunks b ON b.pk = l.target_pk WHERE a.id = ANY (%s) ORDER BY a.pk, b.pk",
-                (list(chunk_ids),),
+                f"JOIN chunks b ON b.pk = l.target_pk WHERE a.id = ANY (%s){scoped} "
+                "ORDER BY a.pk, b.pk",
+                params,
             ).fetchall()
         return [Link(*row) for row in rows]
 

@@ -1299,14 +1299,24 @@ class SQLiteStore:
         )
 
     @_guarded
-    def links_from(self, chunk_ids: Sequence[str]) -> list[Link]:
-        if not chunk_ids:
+    def links_from(
+        self, chunk_ids: Sequence[str], collections: Sequence[str] | None = None
+    ) -> list[Link]:
+        if not chunk_ids or (collections is not None and not collections):
             return []
         marks = ",".join("?" * len(chunk_ids))
+        scoped, params = "", list(chunk_ids)
+        if collections is not None:  # the target's collection, in the query
+            scoped = (
+                " AND b.document_id IN (SELECT id FROM documents WHERE collection IN "
+                f"({','.join('?' * len(collections))}))"
+            )
+            params += list(collections)
         rows = self._conn().execute(
             "SELECT a.id, b.id, l.mention FROM links l JOIN chunks a ON a.pk = l.chunk_pk "
-            f"JOIN chunks b ON b.pk = l.target_pk WHERE a.id IN ({marks}) ORDER BY a.pk, b.pk",
-            list(chunk_ids),
+            f"JOIN chunks b ON b.pk = l.target_pk WHERE a.id IN ({marks}){scoped} "
+            "ORDER BY a.pk, b.pk",
+            params,
         )
         return [Link(*row) for row in rows]
 

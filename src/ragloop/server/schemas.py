@@ -14,6 +14,7 @@ from ragloop.components.citations import Citation
 from ragloop.core.budget import Budget, BudgetSpend
 from ragloop.core.records import Chunk, Usage
 from ragloop.retrieval.knowledge_base import Document
+from ragloop.retrieval.metadata import public_metadata
 
 EngineName = Literal["rag", "agent", "retrieval"]
 Collections = str | list[str] | None
@@ -114,7 +115,11 @@ class ChunkOut(BaseModel):
             collection=collection if isinstance(collection, str) else None,
             score=round(chunk.score, 6),
             text=chunk.content,
-            metadata={k: v for k, v in chunk.metadata.items() if k not in ("title", "collection")},
+            metadata={
+                k: v
+                for k, v in public_metadata(chunk.metadata).items()
+                if k not in ("title", "collection")
+            },
         )
 
 

@@ -72,7 +72,11 @@ class Service:
         if traces is None:
             traces = TraceStore(traces_location(kb, settings))
         self.traces = traces
-        self.recorder = TraceRecorder(traces, meta={"served": True, "model": settings.model.spec})
+        self.recorder = TraceRecorder(
+            traces,
+            meta={"served": True, "model": settings.model.spec},
+            content=settings.traces.content,
+        )
         self.recorder.__enter__()
         self._engines: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
