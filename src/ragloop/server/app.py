@@ -22,20 +22,19 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, File, Form, Header, Query, Request, UploadFile
+from fastapi import FastAPI, File, Form, Header, Query, UploadFile
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.routing import Route
 
 from ragloop.core.agent_records import AgentResult
-from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
 from ragloop.core.retrieval_records import RetrievalResult
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
-from ragloop.server import openai_compat
-from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server import errors, openai_compat
+from ragloop.server.access import CallerDep
 from ragloop.server.schemas import (
     AskRequest,
     AskResponse,
@@ -89,19 +88,7 @@ def create_app(service: Service) -> FastAPI:
             allow_headers=["Authorization", "X-API-Key", "Content-Type"],
         )
 
-    @app.exception_handler(AccessDenied)
-    async def denied(request: Request, error: AccessDenied) -> JSONResponse:
-        return JSONResponse({"detail": error.message}, status_code=error.status)
-
-    @app.exception_handler(TimeoutError)
-    async def past_deadline(request: Request, error: TimeoutError) -> JSONResponse:
-        detail = "the run did not end within the server's deadline"
-        return JSONResponse({"detail": detail}, status_code=504)
-
-    @app.exception_handler(RagloopError)
-    async def bad_setting(request: Request, error: RagloopError) -> JSONResponse:
-        return JSONResponse({"detail": str(error)}, status_code=422)
-
+    errors.install(app)  # one error -> status map for every route (server/errors.py)
     _routes(app, service)
     openai_compat.add_routes(app, service)
     if mcp_app is not None:
@@ -321,8 +308,10 @@ async def _event_stream(
             yield sse("result", summary(item).model_dump(mode="json"))
         except Exception as error:  # the run raised, or hit the hard deadline
             logger.warning("a streamed run failed: %s", error)
-            message = str(error) or type(error).__name__
-            yield sse("error", {"detail": message, "type": type(error).__name__})
+            problem = errors.problem_of(error)
+            message = problem.message if problem else str(error) or type(error).__name__
+            status = problem.status if problem else 500
+            yield sse("error", {"detail": message, "type": type(error).__name__, "status": status})
         finally:
             await events.aclose()  # a client that went away cancels its run
 

@@ -23,7 +23,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from ragloop.observability.events import LoopEvent
-from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server import errors
+from ragloop.server.access import CallerDep
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
 PREFIX = "ragloop"
@@ -62,7 +63,8 @@ def engine_of(model: str, default: str) -> str:
     name = name.removeprefix(f"{PREFIX}-")
     if name not in ENGINE_NAMES:
         names = ", ".join([PREFIX, *(f"{PREFIX}-{e}" for e in ENGINE_NAMES)])
-        raise AccessDenied(404, f"model {model!r} does not exist; use one of: {names}")
+        message = f"model {model!r} does not exist; use one of: {names}"
+        raise errors.Refusal(404, message, code="model_not_found")
     return name
 
 
@@ -75,7 +77,7 @@ def question_of(messages: list[ChatMessage]) -> str:
             return message.content
         parts = [p.get("text", "") for p in message.content or [] if p.get("type") == "text"]
         return "\n".join(str(p) for p in parts)
-    raise AccessDenied(422, "messages: give at least one user message")
+    raise errors.Refusal(400, "messages: give at least one user message", code="invalid_request")
 
 
 def add_routes(app: FastAPI, service: Service) -> None:
@@ -174,10 +176,12 @@ class Completion:
             while isinstance(item, LoopEvent):
                 yield self._chunk({}, ragloop={"event": item.model_dump(mode="json")})
                 item = await events.__anext__()
-        except Exception as error:  # the run raised: say so in the stream, then end it
-            message = str(error) or type(error).__name__
-            yield self._chunk({"content": f"(the loop failed: {message})"}, "stop")
-            yield "data: [DONE]\n\n"
+        except Exception as error:  # the run raised: end the stream with OpenAI's error chunk
+            problem = errors.problem_of(error) or errors.Problem(
+                500, str(error) or type(error).__name__, "server_error"
+            )
+            data = errors.openai_error(problem)
+            yield f"data: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
             return
         finally:
             await events.aclose()

@@ -23,7 +23,7 @@ from ragloop.cli.common import traces_file
 from ragloop.config import Settings
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError, TraceNotFound
-from ragloop.core.records import Chunk
+from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.stream import RunStream
@@ -38,6 +38,7 @@ from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.retrieval.knowledge_base import KnowledgeBase, SearchMode
 from ragloop.server.access import AccessControl, AccessDenied, Caller
+from ragloop.server.errors import Refusal, ServerMisconfigured
 
 logger = logging.getLogger("ragloop.server")
 
@@ -107,10 +108,13 @@ class Service:
         source: Any = self.kb if scope is None else self.kb.retriever(collection=list(scope))
         if kind == "agent" and scope is not None:
             options["collections"] = list(scope)
-        if kind == EVIDENCE:
-            engine = RetrievalLoop.offline(source, model=self.model, **options)
-        else:
-            engine = ENGINES[kind](source, model=self.model, **options)
+        try:
+            if kind == EVIDENCE:
+                engine = RetrievalLoop.offline(source, model=self.model, **options)
+            else:
+                engine = ENGINES[kind](source, model=self.model, **options)
+        except ConfigError as error:  # a request's options are bounded: the config is at fault
+            raise ServerMisconfigured(error) from error
         with self._lock:
             self._engines[key] = engine
             while len(self._engines) > MAX_ENGINES:
@@ -181,6 +185,7 @@ class Service:
                     if event.kind is EventKind.RUN_FINISHED and event.run_id == root:
                         finished = event
                     yield event
+            check_failed(stream.result)
             yield Outcome(stream.result, finished)
         finally:
             self.access.leave(caller)
@@ -204,6 +209,21 @@ class Service:
 
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
         return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]
+
+
+def check_failed(result: Any) -> None:
+    """Raise for a run that ended in error with nothing to give (an AgentLoop whose controller,
+    its model, failed returns such a result rather than raising): the model failed, a 502 (504
+    when it timed out), not a 200 with no answer."""
+    if result.stop_reason is not StopReason.ERROR:
+        return
+    if getattr(result, "answer", None) or (not hasattr(result, "answer") and result.chunks):
+        return  # an answer, or (/v1/retrieve) evidence, is still worth giving
+    message = f"the model failed: {result.error or 'the run ended in error'}"
+    timed_out = "Timeout" in (result.error or "")
+    if timed_out:
+        raise Refusal(504, message, code="timeout")
+    raise Refusal(502, message, code="model_error")
 
 
 def traces_location(kb: KnowledgeBase, settings: Settings) -> Path:
