@@ -141,9 +141,8 @@ async def test_ask_and_retrieve_keep_to_the_collection_asked(kb_path, tmp_path):
 
         unknown = await session.call_tool("ask", {"question": question, "collection": "pubic"})
         assert unknown.is_error
-        assert (
-            "may not read collection 'pubic'; collections you may read: 'public'" in unknown.content[0].text
-        )
+        expected = "may not read collection 'pubic'; collections you may read: 'public'"
+        assert expected in unknown.content[0].text
 
 
 async def test_an_unknown_collection_is_named_with_the_known_ones(kb_path, tmp_path):
