@@ -40,6 +40,8 @@ from ragloop.server.schemas import (
     AskResponse,
     ChunkOut,
     DeleteResponse,
+    DocumentOut,
+    DocumentsPage,
     DocumentsRequest,
     Health,
     IngestResponse,
@@ -179,6 +181,28 @@ def _routes(app: FastAPI, service: Service) -> None:
     def collections(caller: CallerDep) -> list[dict[str, Any]]:
         """The collections this key may read, with their sizes."""
         return service.collections(caller)
+
+    @app.get("/v1/documents", response_model=DocumentsPage, tags=["documents"])
+    def documents(
+        caller: CallerDep,
+        collection: Annotated[str | None, Query(min_length=1)] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> DocumentsPage:
+        """The documents this key may read, a page at a time (of one collection, or of
+        every collection the key may read), by collection then source."""
+        total, found = service.documents(caller, collection, offset=offset, limit=limit)
+        listed = [
+            DocumentOut(source=d.source, title=d.title, collection=d.collection) for d in found
+        ]
+        return DocumentsPage(
+            documents=listed,
+            total=total,
+            offset=offset,
+            limit=limit,
+            collection=collection,
+            admin=caller.admin,
+        )
 
     @app.get(
         "/v1/traces/{trace_id}", tags=["traces"], responses={200: {"content": {"text/html": {}}}}

@@ -37,6 +37,7 @@ from ragloop.observability.traces import (
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.retrieval.knowledge_base import KnowledgeBase, SearchMode
+from ragloop.retrieval.store import DocumentRecord
 from ragloop.server.access import AccessControl, AccessDenied, Caller
 from ragloop.server.errors import Refusal, ServerMisconfigured
 
@@ -209,6 +210,23 @@ class Service:
 
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
         return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]
+
+    def documents(
+        self, caller: Caller, collection: str | None, *, offset: int, limit: int
+    ) -> tuple[int, list[DocumentRecord]]:
+        """A page of the documents the caller may read (of ``collection``, else of every
+        collection it may read): how many there are, and those from ``offset``."""
+        scope = caller.scope(collection)
+        if collection is not None and collection not in {
+            c["name"] for c in self.collections(caller)
+        }:
+            raise AccessDenied(404, f"no collection {collection!r}")
+        found = [
+            doc
+            for doc in self.kb.store.documents(collection)
+            if scope is None or doc.collection in scope
+        ]
+        return len(found), found[offset : offset + limit]
 
 
 def check_failed(result: Any) -> None:
