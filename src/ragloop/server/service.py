@@ -165,16 +165,17 @@ class Service:
         max_iterations: int | None = None,
         top_k: int | None = None,
         budget: Budget | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> AsyncGenerator[LoopEvent | Outcome, None]:
         """The run's events, then its :class:`Outcome`; the run holds one of the caller's
         slots, is cut off at the deadline, and is cancelled (its trace stored) when the reader
-        stops."""
+        stops. ``meta`` is stored with its trace."""
         self.check_question(question)
         scope = caller.scope(collections)
         engine = self.engine(kind, scope, max_iterations=max_iterations, top_k=top_k)
         self.access.enter(caller)
         try:
-            with trace_meta(key=caller.name, engine=kind):
+            with trace_meta(**(meta or {}), key=caller.name, engine=kind):
                 stream: RunStream[Any] = engine.astream(question, budget=self.budget(budget))
             # the budget stops the loop at the deadline with its best answer; this cuts off a
             # component that does not give the loop a chance to check
