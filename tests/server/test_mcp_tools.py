@@ -52,11 +52,15 @@ def kb_path(tmp_path_factory):
 
 
 @contextlib.asynccontextmanager
-async def connect(kb_path, tmp_path, key: str = "alice") -> AsyncIterator[Client]:
+async def connect(
+    kb_path, tmp_path, key: str = "alice", model: object = None
+) -> AsyncIterator[Client]:
     """An MCP client session as alice (who may read the collection public only); a context
     manager, not a fixture: the SDK's task group must close in the task that opened it."""
     kb = KnowledgeBase(kb_path, create=False)
     service = Service(kb, key_settings(traces=str(tmp_path / "t.sqlite")))
+    if model is not None:
+        service.model = model
     try:
         with BackgroundServer(mcp_http_app(service)) as running:
             headers = {"Authorization": f"Bearer {KEYS[key]}"}
@@ -151,3 +155,22 @@ async def test_an_unknown_collection_is_named_with_the_known_ones(kb_path, tmp_p
         assert unknown.is_error  # not an empty result
         text = unknown.content[0].text
         assert "no collection 'pubic'; collections you may read: 'public', 'secret'" in text
+
+
+async def test_a_failing_model_is_a_tool_error_with_the_reason(kb_path, tmp_path):
+    from ragloop.providers import override_allow_model_requests
+    from ragloop.providers.http import RetryPolicy
+    from ragloop.providers.openai_compat import OpenAICompatibleModel
+    from tests.server.test_error_statuses import closed_port
+
+    model = OpenAICompatibleModel(
+        "local-model",
+        base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        retry=RetryPolicy(max_attempts=1),
+    )
+    with override_allow_model_requests("loopback"):
+        async with connect(kb_path, tmp_path, model=model) as session:
+            failed = await session.call_tool("ask", {"question": "What does a tent cost?"})
+    assert failed.is_error
+    assert "the model failed: could not reach http://127.0.0.1" in failed.content[0].text
+    assert "(502)" in failed.content[0].text

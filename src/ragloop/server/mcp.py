@@ -302,7 +302,10 @@ async def _run(
             done += 1
             await ctx.report_progress(done, None, _progress(item))
     except Exception as error:
-        raise _tool_error(error) from error
+        failure = _tool_error(error)
+        if failure is error:
+            raise
+        raise failure from error
     raise RuntimeError("the run ended without a result")
 
 
@@ -322,7 +325,10 @@ async def _guard(work: Awaitable[Any]) -> Any:
     try:
         return await work
     except Exception as error:
-        raise _tool_error(error) from error
+        failure = _tool_error(error)
+        if failure is error:
+            raise
+        raise failure from error
 
 
 def _tool_error(error: Exception) -> Exception:

@@ -15,6 +15,7 @@ then ``data: [DONE]``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -115,7 +116,8 @@ def add_routes(app: FastAPI, service: Service) -> None:
         kind = engine_of(body.model, default)
         service.check_question(question_of(body.messages))
         turns = [Turn(m.role, text_of(m)) for m in body.messages]
-        rewrite = await standalone(turns, service.model)
+        async with asyncio.timeout(service.settings.server.deadline_s):  # a 504 past it
+            rewrite = await standalone(turns, service.model)
         meta = rewrite_meta(rewrite)
         events = service.run(caller, kind, rewrite.question, collections=body.collection, meta=meta)
         first = await events.__anext__()  # a refused request gets its status, not a stream
