@@ -86,6 +86,10 @@ def test_the_stream_shows_the_rewritten_question_too(server):
          "How heavy is the Nimbus tent?"),  # names its own subject: left alone
         (["What is the return policy?"], "How long does it take?",
          "How long does the return policy take?"),
+        (["How much is tent hire?"], "What is the return policy?",
+         "What is the return policy?"),  # a new question, not a follow-up
+        (["How much is tent hire?"], "Is it possible to return a tent?",
+         "Is it possible to return a tent?"),  # an "it" that stands for nothing
     ],
 )  # fmt: skip
 def test_the_offline_rewrite_carries_the_subject(earlier, followup, standalone):

@@ -29,6 +29,7 @@ PRONOUNS = {"it": "", "its": "'s", "they": "", "them": "", "their": "'s"}
 ELLIPSIS = re.compile(
     r"^\s*(?:and|so|also|then)?\s*(?:what|how)\s+about\s+|^\s*(?:and|also)\s+", re.I
 )
+EXPLETIVE = re.compile(r"\b(?:is|was|isn't)\s+it\s+\w+\s+to\b|\bit\s+(?:is|was)\s+\w+\s+to\b", re.I)
 DETERMINERS = {"the", "a", "an", "this", "that", "these", "those", "my", "your", "our"}
 
 
@@ -170,13 +171,15 @@ def _filled(previous: str, followup: str) -> str:
     stripped = ELLIPSIS.sub("", followup).strip()
     if _has_pronoun(stripped):
         return _capital(_replace_pronoun(stripped, about))
-    if stripped != followup.strip() or len(own) <= 3:
+    if stripped != followup.strip():  # "And ...?", "What about ...?": the subject left out
         core = stripped.rstrip(" ?.!")
         return _capital(f"{core} of {about}?") if core else followup
     return followup
 
 
 def _has_pronoun(text: str) -> bool:
+    if EXPLETIVE.search(text):  # "is it possible to ...": an "it" that stands for nothing
+        return False
     return any(w.lower() in PRONOUNS for w in re.findall(r"[\w']+", text))
 
 
