@@ -24,6 +24,7 @@ Anything else is left to the app's last-resort handler. On ``/v1/chat/completion
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,7 +169,10 @@ def respond(request: Request, problem: Problem, *, param: str | None = None) -> 
 
 
 def install(app: FastAPI) -> None:
-    """Answer every error the map knows with its status, in the route's format."""
+    """Answer every error the map knows with its status, in the route's format. Call it after
+    the app's own handlers: a refused request's ``headers`` (``WWW-Authenticate``,
+    ``Retry-After``) are kept, and outside the OpenAI routes a body that does not validate goes
+    to the handler the app had for it."""
 
     async def known(request: Request, error: Exception) -> Response:
         problem = problem_of(error)
@@ -179,10 +183,16 @@ def install(app: FastAPI) -> None:
     for kind in (AccessDenied, RagloopError, TimeoutError, ValidationError):
         app.add_exception_handler(kind, known)
 
+    # the other routes keep the handler the app has for a body that does not validate
+    previous = app.exception_handlers.get(
+        RequestValidationError, request_validation_exception_handler
+    )
+
     async def invalid(request: Request, error: Exception) -> Response:
         assert isinstance(error, RequestValidationError)
         if not is_openai(request):
-            return await request_validation_exception_handler(request, error)
+            answer = previous(request, error)
+            return await answer if inspect.isawaitable(answer) else answer
         first = error.errors()[0] if error.errors() else {}
         where = [str(p) for p in first.get("loc", ()) if p != "body"]
         param = ".".join(where) or None
