@@ -25,7 +25,7 @@ QUESTION = "How much does the Skylark 2 weigh?"
 
 async def check_tools(client: Client, *, sees_secret: bool) -> None:
     tools = {tool.name: tool for tool in (await client.list_tools()).tools}
-    assert set(tools) == {"search", "fetch", "retrieve", "ask"}
+    assert set(tools) == {"search", "fetch", "retrieve", "ask", "collections"}
     for tool in tools.values():
         assert tool.annotations.read_only_hint is True
         assert tool.output_schema is not None

@@ -62,6 +62,7 @@ def ask(browser, url: str, question: str) -> None:
 def test_a_person_asks_watches_the_iterations_and_follows_a_citation(browser, kb_file, tmp_path):
     with serving(kb_file, Settings(), tmp_path) as (url, _):  # no keys: local only
         ask(browser, url, "How much does the Skylark 2 weigh?")
+        browser.find_element(By.CSS_SELECTOR, "#work > summary").click()  # the work, folded
         steps = browser.find_elements(By.CSS_SELECTOR, "#steps .step")
         assert steps, "each iteration is shown as it arrives"
         first = steps[0].text

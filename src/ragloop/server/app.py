@@ -30,20 +30,21 @@ from pydantic import BaseModel
 from starlette.routing import Route
 
 from ragloop.core.agent_records import AgentResult
-from ragloop.core.errors import RagloopError
 from ragloop.core.rag_records import LoopResult
 from ragloop.core.retrieval_records import RetrievalResult
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.retrieval.sources import upload_names
-from ragloop.server import openai_compat
-from ragloop.server.access import AccessDenied, CallerDep, LocalGuard
+from ragloop.server import errors, openai_compat
+from ragloop.server.access import CallerDep, LocalGuard
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import (
     AskRequest,
     AskResponse,
     ChunkOut,
     DeleteResponse,
+    DocumentOut,
+    DocumentsPage,
     DocumentsRequest,
     Health,
     IngestResponse,
@@ -102,19 +103,7 @@ def create_app(service: Service) -> FastAPI:
         # FastAPI's own handler echoes the input, which fails to encode when it is not Unicode
         return SafeJSONResponse({"detail": jsonable_encoder(error.errors())}, status_code=422)
 
-    @app.exception_handler(AccessDenied)
-    async def denied(request: Request, error: AccessDenied) -> JSONResponse:
-        return error.response()
-
-    @app.exception_handler(TimeoutError)
-    async def past_deadline(request: Request, error: TimeoutError) -> JSONResponse:
-        detail = "the run did not end within the server's deadline"
-        return JSONResponse({"detail": detail}, status_code=504)
-
-    @app.exception_handler(RagloopError)
-    async def bad_setting(request: Request, error: RagloopError) -> JSONResponse:
-        return JSONResponse({"detail": str(error)}, status_code=422)
-
+    errors.install(app)  # one error -> status map for every route (server/errors.py)
     _routes(app, service)
     openai_compat.add_routes(app, service)
     if mcp_app is not None:
@@ -216,6 +205,28 @@ def _routes(app: FastAPI, service: Service) -> None:
     def collections(caller: CallerDep) -> list[dict[str, Any]]:
         """The collections this key may read, with their sizes."""
         return service.collections(caller)
+
+    @app.get("/v1/documents", response_model=DocumentsPage, tags=["documents"])
+    def documents(
+        caller: CallerDep,
+        collection: Annotated[str | None, Query(min_length=1)] = None,
+        offset: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    ) -> DocumentsPage:
+        """The documents this key may read, a page at a time (of one collection, or of
+        every collection the key may read), by collection then source."""
+        total, found = service.documents(caller, collection, offset=offset, limit=limit)
+        listed = [
+            DocumentOut(source=d.source, title=d.title, collection=d.collection) for d in found
+        ]
+        return DocumentsPage(
+            documents=listed,
+            total=total,
+            offset=offset,
+            limit=limit,
+            collection=collection,
+            admin=caller.admin,
+        )
 
     @app.get(
         "/v1/traces/{trace_id}", tags=["traces"], responses={200: {"content": {"text/html": {}}}}
@@ -351,9 +362,12 @@ async def _event_stream(
             yield sse_bytes("result", summary(item).model_dump(mode="json"))
         except Exception as error:  # the run raised, hit the hard deadline, or cannot be sent
             logger.warning("a streamed run failed: %s", error)
-            message = str(error) or type(error).__name__
-            detail = {"detail": message, "type": type(error).__name__}
-            yield json_safe_sse("error", detail)
+            problem = errors.problem_of(error)
+            message = problem.message if problem else str(error) or type(error).__name__
+            status = problem.status if problem else 500
+            yield json_safe_sse(
+                "error", {"detail": message, "type": type(error).__name__, "status": status}
+            )
         finally:
             await events.aclose()  # a client that went away cancels its run
 

@@ -1,14 +1,22 @@
 """The MCP server of ``ragloop mcp`` (and of ``ragloop serve`` at ``/mcp``), on the official SDK's
 ``MCPServer`` (mcp 2.x).
 
-Tools, all read-only, with structured output:
+Tools, all read-only, with structured output; every argument has a description and its
+bounds in the input schema (a value out of range is a tool error naming it, never clamped):
 
 - ``search(query, top_k, collection)``: one search of the knowledge base;
 - ``fetch(id)``: a chunk by the id a search or a citation gave (the search/fetch pair that
   deep-research clients expect);
-- ``retrieve(question)``: the evidence a RetrievalLoop gathers, with sources;
-- ``ask(question, engine)``: a loop's answer with its citations resolved to sources; each event
-  of the run is sent as a progress notification while it runs.
+- ``retrieve(question, top_k, collection)``: the evidence a RetrievalLoop gathers, with sources;
+- ``ask(question, engine, collection)``: a loop's answer with its citations resolved to
+  sources; each event of the run is sent as a progress notification while it runs;
+- ``collections()``: the collections the caller may read, with their document counts.
+
+Each hit carries the section it comes from as the CLI shows it (``heading``: "Skylark 2 >
+Price and warranty") and a ``citation`` a person can open: the document's URL when it has one
+(a ``url`` in its metadata), else the source with the section's anchor
+(``products/skylark-2.md#price-and-warranty``). A failure is a tool error with the reason the
+HTTP API gives (``the model failed: ...``), never a bare "Error executing tool".
 
 Over stdio the client is the user who started the process: it may read everything. Over
 streamable HTTP a request names its key as the HTTP API does (``Authorization: Bearer``), and
@@ -18,8 +26,8 @@ without configured keys only this machine may connect.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -30,6 +38,7 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.observability.events import EventKind, LoopEvent
+from ragloop.server import errors
 from ragloop.server.access import AccessDenied, Caller, LocalGuard, key_of
 from ragloop.server.service import Outcome, Service
 
@@ -42,10 +51,44 @@ INSTRUCTIONS = (
 )
 
 
+MAX_TOP_K = 50
+MAX_EVIDENCE = 50
+# the argument types, with their descriptions and bounds (module level: the SDK reads the
+# annotations, strings under `from __future__ import annotations`, in this module's names);
+# a question longer than the server's max_question_chars is a tool error saying so
+Query = Annotated[str, Field(description="What to search for, in words.", min_length=1)]
+Question = Annotated[str, Field(description="The question to answer.", min_length=1)]
+Collection = Annotated[
+    str | None,
+    Field(
+        description="Only this collection (the collections tool lists those you may read); "
+        "default: every collection you may read.",
+        min_length=1,
+    ),
+]
+TopK = Annotated[int, Field(description="How many chunks to return.", ge=1, le=MAX_TOP_K)]
+EvidenceK = Annotated[
+    int, Field(description="How many chunks of evidence to return.", ge=1, le=MAX_EVIDENCE)
+]
+ChunkId = Annotated[
+    str, Field(description="A chunk id from a search result or a citation.", min_length=1)
+]
+Engine = Annotated[
+    Literal["rag", "agent", "retrieval"] | None,
+    Field(description="The loop that answers; default: the server's."),
+]
+
+
 class Hit(BaseModel):
     id: str = Field(description="The chunk's id: fetch(id) reads it.")
-    title: str | None
-    source: str
+    title: str | None = Field(description="The document's title.")
+    heading: str | None = Field(
+        description="The section the chunk comes from, its headings joined by ' > '."
+    )
+    citation: str = Field(
+        description="Where a person reads it: the document's URL, else source#section-anchor."
+    )
+    source: str = Field(description="The document's source (its path in the knowledge base).")
     collection: str | None
     score: float
     text: str
@@ -53,6 +96,16 @@ class Hit(BaseModel):
 
 class SearchResults(BaseModel):
     results: list[Hit]
+
+
+class CollectionOut(BaseModel):
+    name: str
+    documents: int = Field(description="How many documents it holds.")
+    chunks: int = Field(description="How many chunks they were cut into.")
+
+
+class Collections(BaseModel):
+    collections: list[CollectionOut]
 
 
 class Source(BaseModel):
@@ -83,14 +136,33 @@ class Answer(BaseModel):
 def _hit(chunk: Any) -> Hit:
     title = chunk.metadata.get("title")
     collection = chunk.metadata.get("collection")
+    path = [str(h) for h in chunk.metadata.get("heading_path") or [] if str(h).strip()]
     return Hit(
         id=chunk.id,
         title=title if isinstance(title, str) else None,
+        heading=" > ".join(path) or (title if isinstance(title, str) and title else None),
+        citation=citation(chunk.source, chunk.metadata.get("url"), path),
         source=chunk.source,
         collection=collection if isinstance(collection, str) else None,
         score=round(chunk.score, 6),
         text=chunk.content,
     )
+
+
+def citation(source: str, url: object, headings: list[str]) -> str:
+    """What a person opens: the document's own URL, else its source with the anchor that
+    Markdown renderers (GitHub, MkDocs) give the chunk's innermost section."""
+    if isinstance(url, str) and url.startswith(("http://", "https://")):
+        return url
+    if len(headings) < 2:  # the document's own title: the top of the page
+        return source
+    return f"{source}#{anchor(headings[-1])}"
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    kept = "".join(c for c in heading.strip().lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
 
 
 def build_mcp(service: Service) -> MCPServer:
@@ -109,32 +181,69 @@ def build_mcp(service: Service) -> MCPServer:
         key = key_of(headers.get("authorization"), headers.get("x-api-key"))
         return service.access.caller(key, client)
 
+    def scope(who: Caller, collection: str | None) -> str | None:
+        """``collection`` if the caller may read it and it exists (an unknown name is an
+        error listing the known ones, not an empty result)."""
+        if collection is None:
+            return None
+        known = [c["name"] for c in service.collections(who)]
+        if collection in known:
+            return collection
+        names = ", ".join(repr(n) for n in known) or "none"
+        try:
+            who.scope(collection)  # outside the key's collections: the 403's message
+        except AccessDenied as error:
+            raise ToolError(f"{error.message}; collections you may read: {names}") from None
+        raise ToolError(f"no collection {collection!r}; collections you may read: {names}")
+
     @server.tool(annotations=READ_ONLY, structured_output=True)
     async def search(
-        query: str, ctx: Context, top_k: int = 5, collection: str | None = None
+        query: Query,
+        ctx: Context,
+        top_k: TopK = 5,
+        collection: Collection = None,
     ) -> SearchResults:
         """Search the knowledge base: the top_k chunks most relevant to query, best first
-        (optionally within one collection). Each result's id can be passed to fetch."""
+        (optionally within one collection). Each result names its section (heading), a
+        citation to open, and an id that fetch reads."""
+        who = caller(ctx)
         chunks = await _guard(
-            service.search(caller(ctx), query, top_k=max(1, min(top_k, 50)), collections=collection)
+            service.search(who, query, top_k=top_k, collections=_in(scope, who, collection))
         )
         return SearchResults(results=[_hit(c) for c in chunks])
 
     @server.tool(annotations=READ_ONLY, structured_output=True)
-    async def fetch(id: str, ctx: Context) -> Hit:
-        """Read one chunk by the id a search result or a citation gave: its full text, source
-        and title."""
+    async def fetch(
+        id: ChunkId,
+        ctx: Context,
+    ) -> Hit:
+        """Read one chunk by the id a search result or a citation gave: its full text, source,
+        section and title."""
         who = caller(ctx)
         return _hit(await _guard(asyncio.to_thread(service.fetch, who, id)))
 
+    @server.tool(annotations=READ_ONLY, structured_output=True)
+    async def collections(ctx: Context) -> Collections:
+        """The collections you may read, with how many documents and chunks each holds (pass
+        a name as the collection argument of search, retrieve or ask)."""
+        found = await _guard(asyncio.to_thread(service.collections, caller(ctx)))
+        return Collections(collections=[CollectionOut.model_validate(c) for c in found])
+
     @server.tool(annotations=RUNS, structured_output=True)
-    async def retrieve(question: str, ctx: Context) -> Evidence:
+    async def retrieve(
+        question: Question,
+        ctx: Context,
+        top_k: EvidenceK = 20,
+        collection: Collection = None,
+    ) -> Evidence:
         """Gather evidence for a question with the retrieval loop (several searches that follow
-        what the first ones found); the chunks best first, with their sources."""
-        result = (await _run(service, caller(ctx), "evidence", question, ctx)).result
+        what the first ones found); the chunks best first, with their sources and sections."""
+        who = caller(ctx)
+        within = _in(scope, who, collection)
+        result = (await _run(service, who, "evidence", question, ctx, within)).result
         return Evidence(
             question=question,
-            results=[_hit(c) for c in result.chunks[:20]],
+            results=[_hit(c) for c in result.chunks[:top_k]],
             stop_reason=result.stop_reason.value,
             iterations=result.iterations,
             run_id=result.run_id,
@@ -142,14 +251,16 @@ def build_mcp(service: Service) -> MCPServer:
 
     @server.tool(annotations=RUNS, structured_output=True)
     async def ask(
-        question: str,
+        question: Question,
         ctx: Context,
-        engine: Literal["rag", "agent", "retrieval"] | None = None,
+        engine: Engine = None,
+        collection: Collection = None,
     ) -> Answer:
         """Answer a question from the knowledge base with a retrieval loop (engine rag, agent or
         retrieval; the server's default if left out); the answer cites its sources."""
         kind = engine or default_engine
-        outcome = await _run(service, caller(ctx), kind, question, ctx)
+        who = caller(ctx)
+        outcome = await _run(service, who, kind, question, ctx, _in(scope, who, collection))
         result = outcome.result
         return Answer(
             question=question,
@@ -164,17 +275,37 @@ def build_mcp(service: Service) -> MCPServer:
     return server
 
 
-async def _run(service: Service, caller: Caller, kind: str, question: str, ctx: Context) -> Outcome:
+def _in(
+    scope: Callable[[Caller, str | None], str | None], who: Caller, collection: str | None
+) -> str | None:
+    """The checked collection, a refusal as a tool error."""
+    try:
+        return scope(who, collection)
+    except AccessDenied as error:
+        raise ToolError(error.message) from None
+
+
+async def _run(
+    service: Service,
+    caller: Caller,
+    kind: str,
+    question: str,
+    ctx: Context,
+    collection: str | None = None,
+) -> Outcome:
     """Run a loop, each event sent as a progress notification."""
     done = 0
     try:
-        async for item in service.run(caller, kind, question):
+        async for item in service.run(caller, kind, question, collections=collection):
             if isinstance(item, Outcome):
                 return item
             done += 1
             await ctx.report_progress(done, None, _progress(item))
-    except AccessDenied as error:
-        raise ToolError(error.message) from None
+    except Exception as error:
+        failure = _tool_error(error)
+        if failure is error:
+            raise
+        raise failure from error
     raise RuntimeError("the run ended without a result")
 
 
@@ -193,8 +324,25 @@ async def _guard(work: Awaitable[Any]) -> Any:
     """A refused request is a tool error with the reason, as MCP clients show it."""
     try:
         return await work
-    except AccessDenied as error:
-        raise ToolError(error.message) from None
+    except Exception as error:
+        failure = _tool_error(error)
+        if failure is error:
+            raise
+        raise failure from error
+
+
+def _tool_error(error: Exception) -> Exception:
+    """The tool error for what failed, with the reason and status the HTTP API would give
+    (server/errors.py); an error the map does not know stays a crash (its text kept on the
+    server)."""
+    if isinstance(error, ToolError):
+        return error
+    problem = errors.problem_of(error)
+    if problem is None:
+        return error
+    return ToolError(
+        problem.message if problem.status < 500 else f"{problem.message} ({problem.status})"
+    )
 
 
 def _version() -> str:

@@ -2,7 +2,9 @@
 client asks ragloop's loops.
 
 The model name picks the engine (``ragloop-rag``, ``ragloop-agent``, ``ragloop-retrieval``;
-``ragloop`` is the configured default); the last user message is the question. The answer
+``ragloop`` is the configured default); the question is the last user message read with the
+conversation (a follow-up rewritten into a standalone question: :mod:`.conversation`), and an
+extra body field ``collection`` limits the search to some of the key's collections. The answer
 keeps its ``Sources:`` line, and the response carries the citations resolved to sources in a
 ``sources`` field (the OpenAI client keeps unknown fields: ``completion.sources``, or
 ``model_extra``) and the run in ``ragloop`` (run id, stop reason, trace URL). With ``stream:
@@ -13,22 +15,27 @@ then ``data: [DONE]``.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ragloop.observability.events import LoopEvent
-from ragloop.server.access import AccessDenied, CallerDep
+from ragloop.server import errors
+from ragloop.server.access import CallerDep
+from ragloop.server.conversation import Rewrite, Turn, standalone
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import UnicodeText
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
 PREFIX = "ragloop"
+WORD_TOKENS = re.compile(r"\w+|[^\w\s]")
 
 
 class ChatMessage(BaseModel):
@@ -54,6 +61,9 @@ class ChatRequest(UnicodeText):
     messages: list[ChatMessage]
     stream: bool = False
     stream_options: StreamOptions | None = None
+    collection: str | list[str] | None = Field(
+        default=None, description="ragloop's: search only these of the key's collections."
+    )
 
 
 def engine_of(model: str, default: str) -> str:
@@ -64,20 +74,31 @@ def engine_of(model: str, default: str) -> str:
     name = name.removeprefix(f"{PREFIX}-")
     if name not in ENGINE_NAMES:
         names = ", ".join([PREFIX, *(f"{PREFIX}-{e}" for e in ENGINE_NAMES)])
-        raise AccessDenied(404, f"model {model!r} does not exist; use one of: {names}")
+        message = f"model {model!r} does not exist; use one of: {names}"
+        raise errors.Refusal(404, message, code="model_not_found")
     return name
+
+
+def text_of(message: ChatMessage) -> str:
+    """A message's text (the text parts of a list of parts)."""
+    if isinstance(message.content, str):
+        return message.content
+    parts = [p.get("text", "") for p in message.content or [] if p.get("type") == "text"]
+    return "\n".join(str(p) for p in parts)
 
 
 def question_of(messages: list[ChatMessage]) -> str:
     """The last user message's text."""
     for message in reversed(messages):
-        if message.role != "user":
-            continue
-        if isinstance(message.content, str):
-            return message.content
-        parts = [p.get("text", "") for p in message.content or [] if p.get("type") == "text"]
-        return "\n".join(str(p) for p in parts)
-    raise AccessDenied(422, "messages: give at least one user message")
+        if message.role == "user":
+            return text_of(message)
+    raise errors.Refusal(400, "messages: give at least one user message", code="invalid_request")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens as a word tokenizer counts them (words and punctuation marks): what ``usage``
+    reports when the loop ran without a model that counts its own."""
+    return len(WORD_TOKENS.findall(text))
 
 
 def add_routes(app: FastAPI, service: Service) -> None:
@@ -94,12 +115,19 @@ def add_routes(app: FastAPI, service: Service) -> None:
     async def chat(request: Request, body: ChatRequest, caller: CallerDep) -> Response:
         """Ask a loop in OpenAI's chat completions format (streamed with ``stream: true``)."""
         kind = engine_of(body.model, default)
-        question = question_of(body.messages)
-        events = service.run(caller, kind, question)
+        service.check_question(question_of(body.messages))
+        turns = [Turn(m.role, text_of(m)) for m in body.messages]
+        async with asyncio.timeout(service.settings.server.deadline_s):  # a 504 past it
+            rewrite = await standalone(turns, service.model)
+        meta = rewrite_meta(rewrite, content=service.settings.traces.content)
+        events = service.run(caller, kind, rewrite.question, collections=body.collection, meta=meta)
         first = await events.__anext__()  # a refused request gets its status, not a stream
         if not isinstance(first, LoopEvent):  # a run starts with its run_started event
             raise RuntimeError("the run ended before it started")
-        completion = Completion(body.model, first.run_id)
+        prompt = "\n".join(t.text for t in turns)
+        completion = Completion(
+            body.model, first.run_id, rewrite, prompt, model_counts=service.model is not None
+        )
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             return StreamingResponse(
@@ -118,35 +146,64 @@ def add_routes(app: FastAPI, service: Service) -> None:
         return JSONResponse(completion.whole(outcome))
 
 
+def rewrite_meta(rewrite: Rewrite, *, content: bool) -> dict[str, Any]:
+    """What the trace keeps of a rewrite: who rewrote the follow-up, and (the user's words are
+    content) the follow-up and the question run when the local trace keeps content
+    (``[traces] content``, on by default)."""
+    if rewrite.by is None:
+        return {}
+    if not content:
+        return {"rewritten_by": rewrite.by}
+    return {"rewritten_by": rewrite.by, "followup": rewrite.followup, "question": rewrite.question}
+
+
 class Completion:
     """One chat completion's JSON, whole or in chunks."""
 
-    def __init__(self, model: str, run_id: str) -> None:
+    def __init__(
+        self, model: str, run_id: str, rewrite: Rewrite, prompt: str, *, model_counts: bool
+    ) -> None:
         self.model = model
         self.id = f"chatcmpl-{run_id}"
         self.created = int(time.time())
+        self.rewrite = rewrite
+        self.prompt = prompt
+        self.model_counts = model_counts  # False: no model ran, whatever usage says
 
     def _base(self, kind: Literal["chat.completion", "chat.completion.chunk"]) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
 
-    @staticmethod
-    def _extras(outcome: Outcome) -> dict[str, Any]:
+    def _extras(self, outcome: Outcome) -> dict[str, Any]:
         result = outcome.result
         return {
             "sources": outcome.citations,
             "ragloop": {
                 "run_id": result.run_id,
+                "question": result.query,  # what the loop answered: the follow-up rewritten
+                "followup": self.rewrite.followup,
+                "rewritten_by": self.rewrite.by,
                 "stop_reason": result.stop_reason.value,
                 "iterations": result.iterations,
                 "trace_url": f"/v1/traces/{result.run_id}",
+                "usage_counted_by": "model" if self._model_usage(result) else "tokenizer",
             },
         }
 
-    @staticmethod
-    def _usage(result: Any) -> dict[str, int]:
-        usage = result.usage
-        prompt = usage.input_tokens if usage else 0
-        completion = usage.output_tokens if usage else 0
+    def _model_usage(self, result: Any) -> tuple[int, int] | None:
+        """The tokens the model calls reported (the rewrite's and the run's), if any."""
+        if not self.model_counts:
+            return None
+        reported = [u for u in (self.rewrite.usage, result.usage) if u is not None]
+        if not reported or not any(u.total_tokens for u in reported):
+            return None
+        return sum(u.input_tokens for u in reported), sum(u.output_tokens for u in reported)
+
+    def _usage(self, result: Any) -> dict[str, int]:
+        counted = self._model_usage(result)
+        if counted is None:  # no model, or one that counts nothing: count the words
+            answer = getattr(result, "answer", None) or ""
+            counted = (count_tokens(self.prompt), count_tokens(answer))
+        prompt, completion = counted
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -183,10 +240,12 @@ class Completion:
             while isinstance(item, LoopEvent):
                 yield self._chunk({}, ragloop={"event": item.model_dump(mode="json")})
                 item = await events.__anext__()
-        except Exception as error:  # the run raised: say so in the stream, then end it
-            message = str(error) or type(error).__name__
-            yield self._chunk({"content": f"(the loop failed: {message})"}, "stop")
-            yield "data: [DONE]\n\n"
+        except Exception as error:  # the run raised: end the stream with OpenAI's error chunk
+            problem = errors.problem_of(error) or errors.Problem(
+                500, str(error) or type(error).__name__, "server_error"
+            )
+            data = errors.openai_error(problem)
+            yield f"data: {json.dumps(data, ensure_ascii=False, default=str)}\n\n"
             return
         finally:
             await events.aclose()

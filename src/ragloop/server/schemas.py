@@ -204,3 +204,22 @@ class Health(BaseModel):
     auth: bool = Field(description="Whether requests need an API key.")
     engines: list[str]
     knowledge_base: str
+
+
+class DocumentOut(BaseModel):
+    """A stored document as ``GET /v1/documents`` lists it."""
+
+    source: str = Field(description="What DELETE /v1/documents?source= removes.")
+    title: str
+    collection: str
+
+
+class DocumentsPage(BaseModel):
+    """One page of the documents a key may read, by collection then source."""
+
+    documents: list[DocumentOut]
+    total: int = Field(description="How many documents there are in all pages.")
+    offset: int
+    limit: int
+    collection: str | None = Field(description="The collection listed (None: every one).")
+    admin: bool = Field(description="Whether this key may add and delete documents.")

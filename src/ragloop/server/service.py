@@ -23,7 +23,7 @@ from ragloop.cli.common import traces_file
 from ragloop.config import Settings
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError, TraceNotFound
-from ragloop.core.records import Chunk
+from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.stream import RunStream
@@ -37,7 +37,9 @@ from ragloop.observability.traces import (
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.retrieval.knowledge_base import KnowledgeBase, SearchMode
+from ragloop.retrieval.store import DocumentRecord
 from ragloop.server.access import AccessControl, AccessDenied, Caller
+from ragloop.server.errors import Refusal, ServerMisconfigured
 
 logger = logging.getLogger("ragloop.server")
 
@@ -112,10 +114,13 @@ class Service:
         source: Any = self.kb if scope is None else self.kb.retriever(collection=list(scope))
         if kind == "agent" and scope is not None:
             options["collections"] = list(scope)
-        if kind == EVIDENCE:
-            engine = RetrievalLoop.offline(source, model=self.model, **options)
-        else:
-            engine = ENGINES[kind](source, model=self.model, **options)
+        try:
+            if kind == EVIDENCE:
+                engine = RetrievalLoop.offline(source, model=self.model, **options)
+            else:
+                engine = ENGINES[kind](source, model=self.model, **options)
+        except ConfigError as error:  # a request's options are bounded: the config is at fault
+            raise ServerMisconfigured(error) from error
         with self._lock:
             self._engines[key] = engine
             while len(self._engines) > MAX_ENGINES:
@@ -184,17 +189,18 @@ class Service:
         max_iterations: int | None = None,
         top_k: int | None = None,
         budget: Budget | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> AsyncGenerator[LoopEvent | Outcome, None]:
         """The run's events, then its :class:`Outcome`; the run holds one of the caller's
         slots, is cut off at the deadline, and is cancelled (its trace stored) when the reader
-        stops."""
+        stops. ``meta`` is stored with its trace."""
         self.check_question(question)
         scope = caller.scope(collections)
         self.check_collections(caller, collections)
         engine = self.engine(kind, scope, max_iterations=max_iterations, top_k=top_k)
         self.access.enter(caller)
         try:
-            with trace_meta(key=caller.name, engine=kind):
+            with trace_meta(**(meta or {}), key=caller.name, engine=kind):
                 stream: RunStream[Any] = engine.astream(question, budget=self.budget(budget))
             # the budget stops the loop at the deadline with its best answer; this cuts off a
             # component that does not give the loop a chance to check
@@ -206,6 +212,7 @@ class Service:
                     if event.kind is EventKind.RUN_FINISHED and event.run_id == root:
                         finished = event
                     yield event
+            check_failed(stream.result)
             yield Outcome(stream.result, finished)
         finally:
             self.access.leave(caller)
@@ -229,6 +236,38 @@ class Service:
 
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
         return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]
+
+    def documents(
+        self, caller: Caller, collection: str | None, *, offset: int, limit: int
+    ) -> tuple[int, list[DocumentRecord]]:
+        """A page of the documents the caller may read (of ``collection``, else of every
+        collection it may read): how many there are, and those from ``offset``."""
+        scope = caller.scope(collection)
+        if collection is not None and collection not in {
+            c["name"] for c in self.collections(caller)
+        }:
+            raise AccessDenied(404, f"no collection {collection!r}")
+        found = [
+            doc
+            for doc in self.kb.store.documents(collection)
+            if scope is None or doc.collection in scope
+        ]
+        return len(found), found[offset : offset + limit]
+
+
+def check_failed(result: Any) -> None:
+    """Raise for a run that ended in error with nothing to give (an AgentLoop whose controller,
+    its model, failed returns such a result rather than raising): the model failed, a 502 (504
+    when it timed out), not a 200 with no answer."""
+    if result.stop_reason is not StopReason.ERROR:
+        return
+    if getattr(result, "answer", None) or (not hasattr(result, "answer") and result.chunks):
+        return  # an answer, or (/v1/retrieve) evidence, is still worth giving
+    message = f"the model failed: {result.error or 'the run ended in error'}"
+    timed_out = "Timeout" in (result.error or "")
+    if timed_out:
+        raise Refusal(504, message, code="timeout")
+    raise Refusal(502, message, code="model_error")
 
 
 def traces_location(kb: KnowledgeBase, settings: Settings) -> Path:
