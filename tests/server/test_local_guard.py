@@ -54,7 +54,7 @@ def test_a_rebound_name_is_refused_for_reads_and_writes(keyless):
     assert mcp.status_code == 421
     assert "hire.md" in sources(url)  # nothing was deleted
     port = url.rsplit(":", 1)[1]
-    for host in (f"localhost:{port}", f"127.0.0.1:{port}"):
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "127.0.0.1"):
         assert httpx.get(f"{url}/v1/collections", headers={"Host": host}).status_code == 200
 
 
@@ -65,6 +65,7 @@ def test_a_rebound_name_is_refused_for_reads_and_writes(keyless):
         {"Origin": "null"},
         {"Referer": "http://evil.test/page.html"},
         {"Origin": "http://127.0.0.1:1"},  # another port is another origin
+        {"Origin": "http://localhost.evil.test"},
     ],
 )
 def test_a_change_from_another_origin_is_refused(keyless, headers):

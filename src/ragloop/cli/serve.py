@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from ragloop.cli import config_option
-from ragloop.cli.common import errors, kb_option, open_kb, settings
+from ragloop.cli.common import default_kb_location, errors, kb_option, open_kb, settings
 from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.retrieval.store import is_postgres_dsn
 
 DEMO_HELP = "Serve the demo knowledge base (built on first use) instead of --kb."
 
@@ -38,19 +39,29 @@ def exposure_warning(host: str, *, has_keys: bool) -> str | None:
 
 
 def served_kb(
-    kb_location: str | None, *, demo: bool, location: str | None, embedder: str | None
+    kb_location: str | None,
+    *,
+    demo: bool,
+    location: str | None,
+    embedder: str | None,
+    new_schema: bool = False,
 ) -> KnowledgeBase:
     """The knowledge base a server serves: the demo's, or an existing one at ``location`` (a
-    missing file or database is refused, never created empty: a typo in --kb must not serve an
-    empty knowledge base). ``kb_location`` is what --kb gave, refused beside --demo."""
+    missing file is refused, never created empty: a typo in --kb must not serve an empty
+    knowledge base). ``kb_location`` is what --kb gave, refused beside --demo. ``new_schema``:
+    a PostgreSQL database without ragloop's tables gets them (a fresh deployment)."""
     if demo:
         if kb_location is not None:
             raise click.UsageError("--kb and --demo name two knowledge bases; give one")
         from ragloop.cli.demo import open_demo
 
         return open_demo()
+    location = location or default_kb_location()
+    # a PostgreSQL database exists already (a typo cannot connect), and a fresh deployment of
+    # `ragloop serve` makes its tables (docs/docker-compose.yml); a missing file is a typo
+    create = new_schema and is_postgres_dsn(location)
     try:
-        return open_kb(location, create=False, embedder=embedder)
+        return open_kb(location, create=create, embedder=embedder)
     except click.ClickException as error:
         hint = "or --demo serves the demo knowledge base"
         raise click.ClickException(f"{error.message}; {hint}") from None
@@ -125,7 +136,13 @@ def serve(
         configured = configured.model_copy(
             update={"kb": configured.kb.model_copy(update={"location": location})}
         )
-    kb = served_kb(kb_location, demo=demo, location=location, embedder=configured.kb.embedder)
+    kb = served_kb(
+        kb_location,
+        demo=demo,
+        location=location,
+        embedder=configured.kb.embedder,
+        new_schema=True,
+    )
     try:
         sock = bind(server.host, server.port)
     except click.ClickException:
