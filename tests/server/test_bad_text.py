@@ -67,10 +67,12 @@ def with_lone_surrogates(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
 @pytest.mark.parametrize("path", list(ROUTES))
 def test_a_lone_surrogate_is_a_422_naming_the_field(served, path):
     url, _ = served
+    # the OpenAI route answers a body that does not validate as OpenAI does: 400
+    expected = 400 if path == "/v1/chat/completions" else 422
     for body in with_lone_surrogates(ROUTES[path]):
         for stream in (False, True) if path != "/v1/documents" else (False,):
             response = post(url, path, {**body, "stream": True} if stream else body)
-            assert response.status_code == 422, (body, response.text)
+            assert response.status_code == expected, (body, response.text)
             message = json.dumps(response.json())
             assert "lone surrogate" in message, message
 
