@@ -94,15 +94,18 @@ def test_undecodable_text_lists_the_encodings_tried(tmp_path):
 
 def test_unreadable_files_are_skipped(tmp_path, docs, monkeypatch):
     # tests run as root, for whom file modes do not apply: simulate the OS refusing the read
+    import builtins
+
+    from ragloop.retrieval import ingest
+
     target = docs / "billing.txt"
-    original = Path.read_bytes
 
-    def read_bytes(self):
-        if self == target:
+    def refusing_open(path, *args, **kwargs):
+        if Path(path) == target:
             raise PermissionError(13, "Permission denied")
-        return original(self)
+        return builtins.open(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(ingest, "open", refusing_open, raising=False)
     report = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None).ingest(docs)
     assert reasons(report) == {"billing.txt": "permission denied"}
     assert report.added == 3

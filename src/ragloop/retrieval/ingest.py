@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import re
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -320,18 +321,32 @@ def check_size(size: int, max_bytes: int) -> None:
 
 
 def read_file(path: Path, *, max_bytes: int) -> bytes:
-    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable)."""
+    """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable); never
+    more than ``max_bytes + 1`` bytes are read."""
     try:
-        size = path.stat().st_size
+        status = path.stat()
     except OSError as error:
         raise SkipFile(f"cannot read: {error.strerror or error}") from None
-    check_size(size, max_bytes)
+    if not stat.S_ISREG(status.st_mode):  # a pipe or a device: opening it could block forever
+        raise SkipFile("not a regular file")
+    size = status.st_size
+    if size > max_bytes:  # known too big: not even opened
+        check_size(size, max_bytes)
     try:
-        return path.read_bytes()
+        with open(path, "rb") as file:
+            # at most one byte past the limit, whatever the size said: a file growing while
+            # it is read (a log being written) never costs more than max_file_bytes
+            data = file.read(max_bytes + 1)
     except PermissionError:
         raise SkipFile("permission denied") from None
     except OSError as error:
         raise SkipFile(f"cannot read: {error.strerror or error}") from None
+    if len(data) > max_bytes:
+        raise SkipFile(
+            f"file grew past the {max_bytes / 1e6:.1f} MB limit (max_file_bytes) while it was read"
+        )
+    check_size(len(data), max_bytes)
+    return data
 
 
 def parse_file(data: bytes, path: Path, *, encodings: Sequence[str]) -> LoadedFile:
@@ -374,10 +389,14 @@ def fingerprint(path: Path) -> dict[str, int] | None:
     status-change time (which a ``chmod`` changes: a file made unreadable is read again, and
     reported), or None when it cannot be looked at (loading it then says why)."""
     try:
-        stat = path.stat()
+        status = path.stat()
     except OSError:
         return None
-    return {"bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns, "ctime_ns": stat.st_ctime_ns}
+    return {
+        "bytes": status.st_size,
+        "mtime_ns": status.st_mtime_ns,
+        "ctime_ns": status.st_ctime_ns,
+    }
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
