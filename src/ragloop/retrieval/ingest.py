@@ -23,7 +23,7 @@ import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import BinaryIO, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -320,6 +320,20 @@ def check_size(size: int, max_bytes: int) -> None:
         raise SkipFile("empty file")
 
 
+READ_PIECE = 1 << 20  # what a file that grows while it is read is read on by
+
+
+def _read_at_most(file: BinaryIO, limit: int, *, first: int) -> bytes:
+    """Up to ``limit`` bytes of ``file``: ``first`` (its size and one byte, so a file that
+    did not change is one read), then pieces, so a file growing while it is read (a log being
+    written) never costs more than the limit, and a small file never costs a buffer of the
+    limit's size."""
+    data = bytearray(file.read(min(first, limit)))
+    while len(data) < limit and (piece := file.read(min(READ_PIECE, limit - len(data)))):
+        data += piece
+    return bytes(data)
+
+
 def read_file(path: Path, *, max_bytes: int) -> bytes:
     """A file's bytes, or :class:`SkipFile` with the reason (too big, empty, unreadable); never
     more than ``max_bytes + 1`` bytes are read."""
@@ -334,9 +348,7 @@ def read_file(path: Path, *, max_bytes: int) -> bytes:
         check_size(size, max_bytes)
     try:
         with open(path, "rb") as file:
-            # at most one byte past the limit, whatever the size said: a file growing while
-            # it is read (a log being written) never costs more than max_file_bytes
-            data = file.read(max_bytes + 1)
+            data = _read_at_most(file, max_bytes + 1, first=size + 1)
     except PermissionError:
         raise SkipFile("permission denied") from None
     except OSError as error:
