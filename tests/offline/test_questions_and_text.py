@@ -153,7 +153,8 @@ def test_a_word_inside_a_longer_code_name_is_not_the_word():
 def test_passage_units_read_tables_by_row_and_keep_code_whole():
     text = (
         "# Levels\n\nThe numeric values are given in the table.\n\n"
-        "Level | Numeric value\nERROR | 40\nWARNING | 30\n\n"
+        "Level | Numeric value\n--- | ---\nERROR | 40\nWARNING | 30\n\n"
+        "run() | Run a coroutine.\nsleep() | Sleep for a while.\n\n"
         ">>> -3**2\n-9\n>>> (-3)**2\n9\n\n"
         "@lru_cache\ndef count(s):\n    return len(s)\n\n"
         "```\n# a comment, not a heading\nx = 1\n```\n\nDone¶."
@@ -163,6 +164,9 @@ def test_passage_units_read_tables_by_row_and_keep_code_whole():
         ("prose", "The numeric values are given in the table.", "Levels"),
         ("row", "Level: ERROR; Numeric value: 40", "Levels"),
         ("row", "Level: WARNING; Numeric value: 30", "Levels"),
+        # no rule under the first row: no header, every row is read as itself
+        ("row", "run(); Run a coroutine.", "Levels"),
+        ("row", "sleep(); Sleep for a while.", "Levels"),
         ("code", ">>> -3**2\n-9", "Levels"),
         ("code", ">>> (-3)**2\n9", "Levels"),
         ("code", "@lru_cache\ndef count(s):\n    return len(s)", "Levels"),

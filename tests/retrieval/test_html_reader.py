@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragloop.components.text import count_tokens
+from ragloop.components.text import count_tokens, passage_units
 from ragloop.retrieval.chunking import ChunkingConfig, chunk_document
 from ragloop.retrieval.readers import Block, ParsedDocument, read_html, read_markdown
 
@@ -91,12 +91,71 @@ def test_sphinx_page_furniture_is_dropped():
 def test_tables_read_row_by_row_under_their_header():
     doc = page("sphinx_api.html")
     (table,) = [b for b in doc.blocks if "table" in b.meta]
-    assert table.text == "Level | Watts\nLOW | 1200\nHIGH | 3000"
-    assert table.meta["table"] == "Level | Watts"
+    assert table.text == "Level | Watts\n--- | ---\nLOW | 1200\nHIGH | 3000"
+    assert table.meta["table"] == "Level | Watts\n--- | ---"
     # a table without <thead> whose first row is all <th>: that row is the header
     (table,) = [b for b in page("mkdocs_page.html").blocks if "table" in b.meta]
-    assert table.text == "Tea | Minutes\nGreen | 2\nBlack | 4"
-    assert table.meta["table"] == "Tea | Minutes"
+    assert table.text == "Tea | Minutes\n--- | ---\nGreen | 2\nBlack | 4"
+    assert table.meta["table"] == "Tea | Minutes\n--- | ---"
+
+
+# Sphinx's API lists (asyncio-api-index.html): a <colgroup>, a <tbody>, <td> cells only
+_SPHINX_LIST = (
+    '<table class="docutils"><colgroup><col style="width: 50%" /></colgroup><tbody>'
+    '<tr class="row-odd"><td><p><a href="#a"><code>asyncio.CancelledError</code></a></p></td>'
+    "<td><p>Raised when a Task is cancelled.</p></td></tr>"
+    '<tr class="row-even"><td><p><code>asyncio.BrokenBarrierError</code></p></td>'
+    "<td><p>Raised when a Barrier is broken.</p></td></tr></tbody></table>"
+)
+
+
+def test_a_table_without_a_header_row_is_read_as_rows():
+    doc = read_html(f"<main><h2>Exceptions</h2>{_SPHINX_LIST}</main>", Path("api.html"))
+    (table,) = [b for b in doc.blocks if "table" in b.meta]
+    assert table.meta["table"] == ""
+    assert table.text == (
+        "asyncio.CancelledError | Raised when a Task is cancelled.\n"
+        "asyncio.BrokenBarrierError | Raised when a Barrier is broken."
+    )
+    assert [(u.kind, u.text) for u in passage_units(table.text)] == [
+        ("row", "asyncio.CancelledError; Raised when a Task is cancelled."),
+        ("row", "asyncio.BrokenBarrierError; Raised when a Barrier is broken."),
+    ]
+    # <th> cells that are not a whole row head that row, not the table
+    mixed = read_html(
+        "<table><tr><th>LOW</th><td>1200</td></tr><tr><th>HIGH</th><td>3000</td></tr></table>",
+        Path("a.html"),
+    )
+    assert [(b.text, b.meta) for b in mixed.blocks] == [("LOW | 1200\nHIGH | 3000", {"table": ""})]
+
+
+_HEADS = {
+    "thead": "<thead><tr><td>Name</td><td>Pence</td></tr></thead><tbody>{rows}</tbody>",
+    "th row": "<tr><th>Name</th><th>Pence</th></tr>{rows}",
+    "none": "<tbody>{rows}</tbody>",
+}
+
+
+@pytest.mark.parametrize("head", list(_HEADS))
+def test_a_long_table_repeats_only_a_real_header_in_every_chunk(head):
+    rows = "".join(f"<tr><td>ITEM_{i}</td><td>{i * 10}</td></tr>" for i in range(30))
+    table = _HEADS[head].format(rows=rows)
+    doc = read_html(f"<h1>Prices</h1><table>{table}</table>", Path("a.html"))
+    config = ChunkingConfig(max_tokens=40, overlap=8, min_tokens=0)
+    chunks = [c for c in chunk_document(doc, config) if "ITEM_" in c.text]
+    assert len(chunks) > 1
+    header = ["Name | Pence", "--- | ---"] if head != "none" else []
+    for chunk in chunks:
+        assert chunk.text.split("\n")[: len(header)] == header
+        assert count_tokens(chunk.text) <= config.max_tokens
+    rows_read = [line for c in chunks for line in c.text.split("\n")[len(header) :]]
+    assert rows_read == [f"ITEM_{i} | {i * 10}" for i in range(30)]
+    # what the answerer quotes: each row once, with the column names only from a real header
+    units = [u.text for c in chunks for u in passage_units(c.text)]
+    if head == "none":
+        assert units == [f"ITEM_{i}; {i * 10}" for i in range(30)]
+    else:
+        assert units == [f"Name: ITEM_{i}; Pence: {i * 10}" for i in range(30)]
 
 
 def test_mkdocs_page_main_content_only():
@@ -188,9 +247,9 @@ def test_long_code_and_tables_are_cut_between_lines_and_tables_repeat_their_head
     assert len(table_chunks) > 1
     assert [line for c in code_chunks for line in c.text.split("\n")] == code_lines
     for chunk in table_chunks:
-        assert chunk.text.startswith("Name | Pence\n")
+        assert chunk.text.startswith("Name | Pence\n--- | ---\n")
         assert count_tokens(chunk.text) <= config.max_tokens
-    assert [line for c in table_chunks for line in c.text.split("\n")[1:]] == [
+    assert [line for c in table_chunks for line in c.text.split("\n")[2:]] == [
         f"ITEM_{i} | {i * 10}" for i in range(30)
     ]
 
@@ -204,7 +263,11 @@ def test_markdown_keeps_fenced_code_and_reads_pipe_tables_as_rows():
     assert [(b.kind, b.text, b.meta) for b in doc.blocks] == [
         ("heading", "Kettle", {}),
         ("text", "# warm the pot\ndef tea():\n    return 2", {"code": True}),
-        ("text", "Level | Watts\nLOW | 1200\nHIGH | 3000", {"table": "Level | Watts"}),
+        (
+            "text",
+            "Level | Watts\n--- | ---\nLOW | 1200\nHIGH | 3000",
+            {"table": "Level | Watts\n--- | ---"},
+        ),
     ]
 
 

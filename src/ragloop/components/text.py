@@ -260,9 +260,10 @@ MAX_CODE_CHARS = 400
 
 def passage_units(text: str) -> list[PassageUnit]:
     """The units of a passage (see :class:`PassageUnit`): prose split into sentences
-    (:func:`sentence_units`), markdown tables row by row with their header ("Level: ERROR;
-    Numeric value: 40"), fenced code blocks and doctest examples as code, and the markdown
-    headings inside the passage kept as the heading of what follows them."""
+    (:func:`sentence_units`), tables row by row, with their header when a markdown rule
+    marks one ("Level: ERROR; Numeric value: 40"), fenced code blocks and doctest examples
+    as code, and the markdown headings inside the passage kept as the heading of what
+    follows them."""
     units: list[PassageUnit] = []
     heading = ""
     for kind, block in _blocks(text.replace("¶", "")):
@@ -279,8 +280,9 @@ def passage_units(text: str) -> list[PassageUnit]:
             units.extend(PassageUnit("row", row, heading) for row in _table_rows(lines))
         elif _is_code(lines):
             units.extend(PassageUnit("code", p, heading) for p in _code_pieces("\n".join(lines)))
-        else:
-            units.extend(PassageUnit("prose", s, heading) for s in sentence_units("\n".join(lines)))
+        else:  # a rule left here is a one-column table's, or a line across the page
+            prose = "\n".join(line for line in lines if not _TABLE_RULE.match(line))
+            units.extend(PassageUnit("prose", s, heading) for s in sentence_units(prose))
     return units
 
 
@@ -358,12 +360,16 @@ def _cells(row: str) -> list[str]:
 
 
 def _table_rows(lines: list[str]) -> list[str]:
-    """A table's rows, each read with its header, the first row ("Level: ERROR; Numeric
-    value: 40")."""
+    """A table's rows, each read with its header ("Level: ERROR; Numeric value: 40") when it
+    has one: a first row with a markdown rule under it, as markdown writes a header and the
+    readers write the header row of an HTML table. Without a rule there is no header, and
+    each row is its cells alone ("asyncio.CancelledError; Raised when a Task is cancelled."):
+    the first row of an API list is an entry like the others, not the name of a column."""
+    has_header = len(lines) > 1 and bool(_TABLE_RULE.match(lines[1]))
     rows = [line for line in lines if not _TABLE_RULE.match(line)]
-    header = _cells(rows[0])
+    header = _cells(rows[0]) if has_header else []
     out = []
-    for row in rows[1:]:
+    for row in rows[1:] if has_header else rows:
         cells = _cells(row)
         if header and len(header) == len(cells):
             pairs = [f"{h}: {c}" if h else c for h, c in zip(header, cells, strict=True) if c]

@@ -5,7 +5,8 @@ new chunk; each record (CSV row, JSON item) is its own chunk. Only a paragraph t
 chunk is cut, at sentence boundaries where it can be and at word windows otherwise, and those
 pieces overlap by ``overlap`` tokens so a fact on a boundary stays whole in one of them. Code
 and tables are cut between lines instead, never inside one that fits, and every piece of a
-table starts with its header row.
+table with a header row starts with it (and the rule under it); a table without one is cut
+into rows alone.
 Every chunk keeps its heading path, its position in the document and its page or record number.
 
 Sizes are measured by :func:`chunk_size`, which counts every character of a script written
@@ -208,10 +209,11 @@ def _block_pieces(block: Block, config: ChunkingConfig) -> list[tuple[str, int]]
     size = chunk_size(text)
     if size <= config.max_tokens:
         return [(text, size)]
-    header = block.meta.get("table") or ""
+    header = block.meta.get("table") or ""  # the header row and its rule: two lines
     lines = text.split("\n")
-    if header and lines[0] == header:
-        lines.pop(0)
+    header_lines = header.split("\n") if header else []
+    if header_lines and lines[: len(header_lines)] == header_lines:
+        del lines[: len(header_lines)]
     budget = config.max_tokens - (chunk_size(header) if header else 0)
     if budget < config.max_tokens // 2:  # a header too long to repeat: rows alone
         header, budget = "", config.max_tokens

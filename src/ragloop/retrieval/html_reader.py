@@ -12,8 +12,12 @@ What a reader of the page sees is kept as written; what surrounds it is dropped:
   an anchor or Sphinx's ``sig`` class) and pdoc's ``div.attr``; the heading ends with its
   description list or section, so the text after it is back under the page's own heading;
   overloads (several signatures for one description) share one heading;
-- tables row by row, cells joined by `` | ``, the header row first (the chunker repeats it
-  when a table spans several chunks);
+- tables row by row, cells joined by `` | ``; a table's header row is one inside ``<thead>``
+  or, without one, a first row made only of ``<th>`` cells: it comes first, with a markdown
+  rule (``--- | ---``) under it that says it is the header, and the chunker repeats both when
+  the table spans several chunks. A table without such a row (Sphinx writes none for its
+  two-column API lists) has no header: its first row is a row like the others and nothing
+  is repeated;
 - list items start with ``- `` (``1. `` in an ordered list).
 
 Inline markup adds no spaces (``<code>lru_cache</code>()`` reads ``lru_cache()``), as the page
@@ -29,7 +33,7 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
-from ragloop.retrieval.readers import Block, ParsedDocument, title_from_name
+from ragloop.retrieval.readers import Block, ParsedDocument, table_header, title_from_name
 
 _VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
 # elements whose whole content is dropped
@@ -396,7 +400,9 @@ class _PageParser(HTMLParser):
         if table.caption:
             self.blocks.append(Block("text", table.caption))
         lines = [" | ".join(row) for row in table.rows if any(row)]
-        header = " | ".join(table.header) if table.header and any(table.header) else ""
+        header = ""
+        if table.header and any(table.header):
+            header = table_header(table.header)
         if lines or header:
             self._emit_signatures()
             text = "\n".join([header, *lines] if header else lines)

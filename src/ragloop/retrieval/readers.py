@@ -34,7 +34,9 @@ class Block:
     heading it is documented under); an ``end`` block closes the section opened by the heading
     of its ``level``, so what follows is back under the heading above. ``meta["code"]`` marks
     code kept verbatim, ``meta["table"]`` a table given row by row (its value is the header
-    row, "" when it has none): the chunker cuts both between lines, never inside one.
+    row with the rule under it, :func:`table_header`, "" when the table has no header row):
+    the chunker cuts both between lines, never inside one, and starts every piece of a table
+    with its header.
     """
 
     kind: BlockKind
@@ -82,17 +84,25 @@ def _paragraphs(lines: list[str]) -> Iterable[str]:
 _TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 
-def _table_row(line: str) -> str:
+def _table_cells(line: str) -> list[str]:
     cells = line.strip().removeprefix("|").removesuffix("|").split("|")
-    return " | ".join(cell.strip() for cell in cells)
+    return [cell.strip() for cell in cells]
+
+
+def table_header(cells: list[str]) -> str:
+    """A table's header as the readers write it: its cells joined by `` | `` over a markdown
+    rule (``Level | Watts`` then ``--- | ---``). The rule is what tells a reader of the chunk
+    text (:func:`ragloop.components.text.passage_units`) that the first row is a header; a
+    table written without one has none."""
+    return " | ".join(cells) + "\n" + " | ".join("---" for _ in cells)
 
 
 def _text_block(paragraph: str) -> Block:
     """A paragraph, or a pipe table (header, rule, rows) as rows under their header."""
     lines = paragraph.splitlines()
     if len(lines) >= 2 and "|" in lines[0] and _TABLE_RULE.match(lines[1]):
-        header = _table_row(lines[0])
-        rows = [_table_row(line) for line in lines[2:]]
+        header = table_header(_table_cells(lines[0]))
+        rows = [" | ".join(_table_cells(line)) for line in lines[2:]]
         return Block("text", "\n".join([header, *rows]), meta={"table": header})
     return Block("text", paragraph)
 
