@@ -71,7 +71,7 @@ logger = logging.getLogger("ragloop")
 SearchMode = Literal["bm25", "dense", "hybrid"]
 SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 VectorsWhen = Literal["now", "later"]
-_PIPELINE_VERSION = "3"  # bumped when readers or chunking change: re-ingest re-reads every file
+_PIPELINE_VERSION = "4"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
 
