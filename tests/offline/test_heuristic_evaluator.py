@@ -151,6 +151,40 @@ def test_a_part_whose_code_name_the_answer_lacks_is_not_covered():
     assert verdict.score <= 0.4
 
 
+def test_a_part_is_answered_by_one_claim_not_by_words_gathered_from_several():
+    """A version said about classmethod and a PEP said about typing.Self do not say when
+    typing.Self was added: each part needs one claim that answers it (pydocs, issue 32)."""
+    question = "In which Python version was typing.Self added, and which PEP describes it?"
+    chunks = [
+        Chunk(
+            content="The code path for hasattr(type(self.f), '__get__') was added in Python 3.9.",
+            source="howto/descriptor.html",
+            score=0.8,
+            metadata={"title": "Descriptor HowTo Guide", "heading_path": ["Class methods"]},
+        ),
+        Chunk(
+            content="See PEP 673 for more details.",
+            source="library/typing.html",
+            score=0.7,
+            metadata={"title": "typing", "heading_path": ["typing.Self"]},
+        ),
+    ]
+    answer = (
+        "The code path for hasattr(type(self.f), '__get__') was added in Python 3.9. [1] "
+        "See PEP 673 for more details. [2]"
+    )
+    verdict = judge(HeuristicEvaluator(), question, chunks, answer)
+    assert verdict.reason.startswith("multi-part question: first part"), verdict.reason
+    assert verdict.score <= 0.4
+    # the same facts said by the claims they belong to answer both parts
+    chunks[1] = chunks[1].model_copy(
+        update={"content": "New in version 3.11. See PEP 673 for more details."}
+    )
+    answer = "New in version 3.11. See PEP 673 for more details. [2]"
+    verdict = judge(HeuristicEvaluator(), question, chunks, answer)
+    assert not verdict.reason.startswith("multi-part question"), verdict.reason
+
+
 def test_a_name_no_document_mentions_caps_the_score():
     """The documents never mention Gunicorn: a number about other workers answers something
     else, however well it matches the rest of the question."""

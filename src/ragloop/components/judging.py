@@ -38,6 +38,7 @@ from ragloop.components.citations import NO_ANSWER, answer_text
 from ragloop.components.corpus import Corpus, chunk_context, chunk_text
 from ragloop.components.extractive import (
     STAND_INS,
+    VALUE_TYPES,
     SentenceScorer,
     code_name_found,
     embedded_text,
@@ -47,7 +48,12 @@ from ragloop.components.extractive import (
     split_chunks,
 )
 from ragloop.components.grounding import LexicalGrounder
-from ragloop.components.questions import QuestionProfile, gives_answer_type, is_generic
+from ragloop.components.questions import (
+    QuestionProfile,
+    gives_answer_type,
+    is_generic,
+    profile,
+)
 from ragloop.components.text import (
     code_names,
     content_stems,
@@ -203,6 +209,28 @@ def names_given(asked: QuestionProfile, text: str, backing: list[Chunk]) -> floa
     return found / (len(code) + len(entities))
 
 
+def part_answered(
+    part: str, weighted: frozenset[str], claim: str, chunk: Chunk, also: frozenset[str]
+) -> bool:
+    """Whether one claim of an answer, read under its chunk's headings, answers one part of a
+    multi-part question: it says at least half of the part's weighted terms, names the part's
+    code names ("the default isolation_level of sqlite3.connect()" is not answered by another
+    argument of sqlite3.connect()) and gives a value of the kind the part asks for (a version,
+    a number, ...). Words gathered from different claims do not answer a part: "added in
+    Python 3.9" (about classmethod) and "typing.Self: see PEP 673" do not say when typing.Self
+    was added."""
+    where = f"{chunk_context(chunk)} {claim}"
+    stems = frozenset(content_stems(where))
+    wanted = content_stems(part) & weighted
+    if wanted and len(wanted & (stems | also)) * 2 < len(wanted):
+        return False
+    # named verbatim (or a dotted name by its last part): ``typing.Self`` is not any "self"
+    if not all(code_name_found(n, where, stems) == 1.0 for n in code_names(part)):
+        return False
+    kind = profile(part).answer_type
+    return kind not in VALUE_TYPES or gives_answer_type(kind, claim, part)
+
+
 class AnswerJudge:
     """Analyses an answer (see the module docstring). ``corpus`` (a
     :class:`~ragloop.KnowledgeBase`, a retriever or a ``Corpus``) lets it check which words the
@@ -276,7 +304,8 @@ class AnswerJudge:
     ) -> None:
         """Grounding, coverage, parts, answer type, focus and hops of the answer's text."""
         sentences = sentence_units(text)
-        backing = self._ground(text, chunks, found)
+        units = self._ground(text, chunks, found)
+        backing = list({c.id: c for _, c in units}.values())
         context = frozenset().union(*(content_stems(chunk_context(c)) for c in backing))
         said = content_stems(text)
         for term, words in found.stand_ins.items():
@@ -305,16 +334,15 @@ class AnswerJudge:
         found.foreign_share = sum(weights.get(stem(t), 0.0) for t in names) / total
         found.unknown_names = names
         found.focus_missing = [t for t in asked.focus if stem(t) not in said | context | soft]
-        weighted = set(scorer.weights)
-        where = " ".join([text, *(chunk_context(c) for c in backing)])
-        where_stems = frozenset(said | context)
-        for i, part in enumerate(asked.parts if asked.is_multi_part else []):
-            wanted = content_stems(part) & weighted
-            # a part's code names are what it is about: "the default isolation_level of
-            # sqlite3.connect()" is not answered by another argument of sqlite3.connect()
-            unnamed = [n for n in code_names(part) if not code_name_found(n, where, where_stems)]
-            if (wanted and len(wanted & (said | context)) * 2 < len(wanted)) or unnamed:
-                found.uncovered_parts.append((i, part))
+        if asked.is_multi_part:
+            weighted = frozenset(scorer.weights)
+            # question words the answer says in other words count wherever they are said
+            also = frozenset({stem(t) for t in found.read_as} | soft)
+            found.uncovered_parts = [
+                (i, part)
+                for i, part in enumerate(asked.parts)
+                if not any(part_answered(part, weighted, claim, c, also) for claim, c in units)
+            ]
         found.type_found = any(
             gives_answer_type(asked.answer_type, s, asked.text) for s in sentences
         )
@@ -329,13 +357,13 @@ class AnswerJudge:
             )
         )
 
-    def _ground(self, text: str, chunks: list[Chunk], found: Analysis) -> list[Chunk]:
-        """Set the grounded share and unsupported sentences; return the chunks the answer
-        rests on (its sentences' best sources)."""
+    def _ground(self, text: str, chunks: list[Chunk], found: Analysis) -> list[tuple[str, Chunk]]:
+        """Set the grounded share and unsupported sentences; return the answer's supported
+        claims, each with the chunk it rests on (its best source)."""
         grounding = self.grounder.ground(text, chunks)
         by_id = {c.id: c for c in chunks}
-        backing = [
-            by_id[span.sources[0].chunk_id]
+        units = [
+            (span.text, by_id[span.sources[0].chunk_id])
             for span in grounding.faithful_spans
             if span.sources and span.sources[0].chunk_id in by_id
         ]
@@ -345,11 +373,11 @@ class AnswerJudge:
             source = self._paraphrased(span.text, chunks)
             if source is not None:
                 supported += 1
-                backing.append(source)
+                units.append((span.text, source))
             else:
                 found.unsupported.append(span.text)
         found.grounded_share = supported / claims if claims else 0.0
-        return list({c.id: c for c in backing}.values())
+        return units
 
     def _similarity(
         self, asked: QuestionProfile, chunks: list[Chunk], sentences: list[str]
