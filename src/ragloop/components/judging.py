@@ -30,6 +30,7 @@ docs). An unfinished answer is capped (:func:`answer_probability`).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -231,6 +232,20 @@ def part_answered(
     return kind not in VALUE_TYPES or gives_answer_type(kind, claim, part)
 
 
+def in_corpus_words(question: str, read_as: dict[str, list[str]]) -> str:
+    """``question`` with each everyday word the documents never use replaced by the corpus
+    word the answer uses for it (``read_as``: term -> stand-ins, first the best). A name or
+    jargon is not read as another word: "bitcoin" read as "PayPal" is another question."""
+    words = {
+        term.lower(): stand_ins[0]
+        for term, stand_ins in read_as.items()
+        if stand_ins and is_common_word(term)
+    }
+    if not words:
+        return question
+    return re.sub(r"[A-Za-z][\w'-]*", lambda m: words.get(m[0].lower(), m[0]), question)
+
+
 class AnswerJudge:
     """Analyses an answer (see the module docstring). ``corpus`` (a
     :class:`~ragloop.KnowledgeBase`, a retriever or a ``Corpus``) lets it check which words the
@@ -327,7 +342,7 @@ class AnswerJudge:
             said, context, context_weight=1.0, soft=soft, loose=loose, ignore=generic
         )
         found.names_given = names_given(asked, text, backing)
-        found.similarity = self._similarity(asked, chunks, sentences)
+        found.similarity = self._similarity(asked, chunks, sentences, found.read_as)
         weights = scorer.weights
         total = sum(weights.values()) or 1.0
         names = [t for t in unread if not is_common_word(t) and stem(t) not in generic]
@@ -380,10 +395,18 @@ class AnswerJudge:
         return units
 
     def _similarity(
-        self, asked: QuestionProfile, chunks: list[Chunk], sentences: list[str]
+        self,
+        asked: QuestionProfile,
+        chunks: list[Chunk],
+        sentences: list[str],
+        read_as: dict[str, list[str]],
     ) -> float:
         """The best embedding cosine of an answer sentence to the question, each quoted
-        sentence read under its heading as the generator read it (0 without an embedder)."""
+        sentence read under its heading as the generator read it (0 without an embedder). A
+        question that uses words the documents never do is also read in the documents' words
+        (each such word replaced by the stand-in the answer uses: "the refund policy for
+        international orders" as "the returned policy for abroad orders"), and the closer of
+        the two readings counts: the embedder compares meanings best in one vocabulary."""
         if self.corpus is None or self.corpus.embedder is None or not sentences:
             return 0.0
         units = {" ".join(s.text.split()): s for s in split_chunks(chunks)}
@@ -391,8 +414,12 @@ class AnswerJudge:
             embedded_text(units[key]) if (key := " ".join(s.split())) in units else s
             for s in sentences
         ]
-        sims = self.corpus.similarity(asked.text, texts)
-        return max(float(sims.max()), 0.0) if sims is not None and len(sims) else 0.0
+        best = 0.0
+        for question in dict.fromkeys([asked.text, in_corpus_words(asked.text, read_as)]):
+            sims = self.corpus.similarity(question, texts)
+            if sims is not None and len(sims):
+                best = max(best, float(sims.max()))
+        return best
 
     def _paraphrased(self, claim: str, chunks: list[Chunk]) -> Chunk | None:
         """The chunk with a sentence whose embedding is close to ``claim``, if any."""
