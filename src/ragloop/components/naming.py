@@ -39,10 +39,28 @@ _BOILERPLATE = re.compile(
 )
 
 
-def asks_for_name(question: QuestionProfile) -> bool:
-    """Whether the answer should lead with an API's name: a one-part question whose answer
-    type is ``api`` (:mod:`ragloop.components.questions`)."""
-    return question.answer_type == "api" and not question.is_multi_part
+# The question names the kind of thing it wants: "which module", "is there a function",
+# "the standard-library way", "what should I use"
+_NAMES_KIND = re.compile(
+    r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:modules?|functions?|methods?|class(?:es)?|"
+    r"decorators?|built-?ins?|librar(?:y|ies)|apis?|constants?|attributes?|options?|"
+    r"arguments?|parameters?|flags?|actions?|commands?|settings?|tools?)\b"
+    r"|\b(?:what|which)(?: one)? (?:should|can|do) (?:i|you|we) (?:use|call|import)\b"
+    r"|\bis there an?\b.*\b(?:function|module|method|class|built-?in|tool|decorator)\b"
+    r"|\b(?:standard[- ]library|stdlib|built-?in) (?:way|function|module|tool)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_name(question: QuestionProfile) -> str:
+    """Whether the answer should lead with an API's name: ``"kind"`` when a one-part question
+    of answer type ``api`` (:mod:`ragloop.components.questions`) names the kind of thing it
+    wants ("Which module ...?", "Is there a function that ...?"), ``"how"`` when it only asks
+    how to do something ("How do I strip the shared indentation ...?": then only a code name
+    in the headings is taken for the answer, not any title), else ``""``."""
+    if question.answer_type != "api" or question.is_multi_part:
+        return ""
+    return "kind" if _NAMES_KIND.search(question.text) else "how"
 
 
 def signature_name(heading: str) -> str:
@@ -72,17 +90,20 @@ def titled_name(heading: str) -> str:
     return found[1] if found else ""
 
 
-def api_name(sentence: Sentence, chunk: Chunk) -> str:
+def api_name(sentence: Sentence, chunk: Chunk, *, code_only: bool = False) -> str:
     """The name of the API the passage of ``sentence`` documents, from its headings: the most
     specific signature among the heading it sits under and its chunk's heading path, else the
-    most specific "name — what it is" heading or title; "" when the headings name no API."""
+    most specific "name — what it is" or "name objects" heading or title; "" when the headings
+    name no API. ``code_only``: a titled name counts only when it is written as code would be
+    (``timeit``, ``os.path``: lower case, no spaces), not "Fellside — Our story"."""
     path = [str(h) for h in chunk.metadata.get("heading_path") or []]
     headings = [h for h in [sentence.heading, *reversed(path)] if h]
     for heading in headings:
         if name := signature_name(heading):
             return name
     for heading in [*headings, sentence.title]:
-        if name := titled_name(heading):
+        name = titled_name(heading)
+        if name and (not code_only or name == name.lower() or code_names(name)):
             return name
     return ""
 
@@ -136,10 +157,11 @@ def lead_with_name(
     the first one replaced by the sentence that says what its API is for (:func:`describing`),
     and the API's name to lead with. Unchanged, with "", when the question asks for no name,
     the passage's headings name no API, or the question already gives that name."""
-    if not chosen or not asks_for_name(question):
+    asked = asks_for_name(question)
+    if not chosen or not asked:
         return chosen, ""
     best = chosen[0]
-    name = api_name(best, chunks[best.chunk])
+    name = api_name(best, chunks[best.chunk], code_only=asked == "how")
     if not name or in_question(name, question):
         return chosen, ""
     lead = describing(best, sentences, question)

@@ -80,12 +80,12 @@ _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
         re.compile(
             r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:modules?|functions?|methods?|class(?:es)?|"
             r"decorators?|built-?ins?|librar(?:y|ies)|apis?|constants?|attributes?|options?|"
-            r"arguments?|parameters?|flags?|actions?|commands?|types?)\b"
+            r"arguments?|parameters?|flags?|actions?|commands?|settings?|types?)\b"
             r"|\b(?:what|which)(?: one)? should (?:i|you|we) (?:use|call|import)\b"
             r"|(?:^|[.?!]\s+)is there an? \b.*\b"
             r"(?:function|module|way|method|class|built-?in|tool)\b"
             r"|\b(?:standard[- ]library|stdlib) (?:way|function|module)\b"
-            r"|(?:^|[.?!]\s+)how (?:can|do|should|would) (?:i|you|we)\b",
+            r"|(?:^|[.?!,]\s+)how (?:can|do|should|would) (?:i|you|we)\b",
             re.I,
         ),
         "api",
