@@ -153,3 +153,9 @@ def test_titled_name(heading, name):
 )
 def test_which_questions_ask_for_a_name(question, asked):
     assert asks_for_name(profile(question)) == asked
+
+
+def test_a_source_file_is_not_the_api_a_question_asks_for():
+    question = "Which module should I use to call a blocking function?"
+    assert not gives_answer_type("api", "Source code: Lib/asyncio/events.py", question)
+    assert gives_answer_type("api", "Use asyncio.to_thread() for it.", question)
