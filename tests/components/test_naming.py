@@ -159,3 +159,20 @@ def test_a_source_file_is_not_the_api_a_question_asks_for():
     question = "Which module should I use to call a blocking function?"
     assert not gives_answer_type("api", "Source code: Lib/asyncio/events.py", question)
     assert gives_answer_type("api", "Use asyncio.to_thread() for it.", question)
+
+
+def test_a_see_also_block_is_named_by_the_module_it_points_to_not_by_its_page():
+    shlex = Chunk(
+        content="See also\n\nModule configparser\n\nParser for configuration files similar to "
+        "the Windows .ini files.",
+        source="library/shlex.html",
+        score=0.9,
+        metadata={
+            "title": "shlex — Simple lexical analysis",
+            "heading_path": ["shlex — Simple lexical analysis"],
+        },
+    )
+    question = "Which module reads configuration files similar to the Windows .ini files?"
+    out = ExtractiveGenerator().generate(question, [shlex])
+    assert "`shlex`" not in out.answer
+    assert first_sentence(out.answer).startswith("`configparser`: Parser for configuration files")

@@ -90,12 +90,34 @@ def titled_name(heading: str) -> str:
     return found[1] if found else ""
 
 
+_SEE_ALSO = re.compile(r"^\s*see also:?\s*$", re.IGNORECASE)
+_MODULE_LINE = re.compile(r"^\s*Module\s+([A-Za-z_][\w.]*)\s*$")
+
+
+def see_also_name(sentence: Sentence, chunk: Chunk) -> str | None:
+    """None when the sentence is not in a "See also" block of its chunk; else the name the
+    block points to ("See also / Module configparser / Parser for configuration files ..."
+    describes configparser, not the page it is on), or "" when the block names no module."""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", chunk.content)]
+    start = " ".join(sentence.text.split())[:60]
+    at = next((i for i, p in enumerate(paragraphs) if start in p), None)
+    if at is None or not any(_SEE_ALSO.match(p) for p in paragraphs[max(at - 3, 0) : at]):
+        return None
+    module = _MODULE_LINE.match(paragraphs[at - 1]) if at else None
+    return module[1] if module else ""
+
+
 def api_name(sentence: Sentence, chunk: Chunk, *, code_only: bool = False) -> str:
     """The name of the API the passage of ``sentence`` documents, from its headings: the most
     specific signature among the heading it sits under and its chunk's heading path, else the
     most specific "name — what it is" or "name objects" heading or title; "" when the headings
-    name no API. ``code_only``: a titled name counts only when it is written as code would be
-    (``timeit``, ``os.path``: lower case, no spaces), not "Fellside — Our story"."""
+    name no API. A sentence of a "See also" block is named by the module the block points to
+    (:func:`see_also_name`). ``code_only``: a titled name counts only when it is written as
+    code would be (``timeit``, ``os.path``: lower case, no spaces), not "Fellside — Our
+    story"."""
+    pointed = see_also_name(sentence, chunk)
+    if pointed is not None:  # a "See also" block describes what it points to
+        return pointed
     path = [str(h) for h in chunk.metadata.get("heading_path") or []]
     headings = [h for h in [sentence.heading, *reversed(path)] if h]
     for heading in headings:
