@@ -31,6 +31,7 @@ from ragloop.components.extractive import (
 )
 from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.judging import AnswerJudge, answer_probability
+from ragloop.components.naming import lead_with_name
 from ragloop.components.prompts import fence_chunk, generator_prompt
 from ragloop.components.questions import gives_answer_type, profile
 from ragloop.components.text import content_stems
@@ -55,7 +56,11 @@ class ExtractiveGenerator:
 
     A sentence whose subject is named only by the heading it sits under ("New in version
     3.11." under ``contextlib.chdir(path)``, "within 45 days" under "Sending items back from
-    abroad") is quoted with that heading: ``heading: sentence``.
+    abroad") is quoted with that heading: ``heading: sentence``. A question asking for a name
+    ("Which module should I use to ...?") is answered with the name of the API the passage
+    documents, from its heading, then the sentence that says what it is for: "`timeit`: This
+    module provides a simple way to time small bits of Python code."
+    (:mod:`ragloop.components.naming`).
 
     An answer whose confidence is below ``unsure_below`` (0.5) starts with "The documents may
     not answer this; the closest they come:" (:data:`~ragloop.components.citations.UNSURE`),
@@ -98,11 +103,14 @@ class ExtractiveGenerator:
         chosen, scorer = self.pick(query, chunks)
         if not chosen:
             return GeneratorOutput(answer=NO_ANSWER, confidence=0.0)
+        # a question asking which module / function / option leads with the API's name
+        chosen, name = lead_with_name(scorer.question, chosen, scorer.sentences, chunks)
         numbers: dict[int, int] = {}  # chunk index -> citation number
         parts = []
-        for sentence in chosen:
+        for i, sentence in enumerate(chosen):
             n = numbers.setdefault(sentence.chunk, len(numbers) + 1)
-            parts.append(f"{quoted(sentence, scorer)} [{n}]")
+            text = f"`{name}`: {sentence.text}" if name and i == 0 else quoted(sentence, scorer)
+            parts.append(f"{text} [{n}]")
         cited = [chunks[i] for i in sorted(numbers, key=numbers.__getitem__)]
         answer = with_sources(" ".join(parts), cited)
         found = self.judge.analyse(scorer.question, chunks, answer)

@@ -410,10 +410,13 @@ class AnswerJudge:
         if self.corpus is None or self.corpus.embedder is None or not sentences:
             return 0.0
         units = {" ".join(s.text.split()): s for s in split_chunks(chunks)}
-        texts = [
-            embedded_text(units[key]) if (key := " ".join(s.split())) in units else s
-            for s in sentences
-        ]
+        texts = []
+        for sentence in sentences:
+            key = " ".join(sentence.split())
+            # a unit quoted after a name ("`timeit`: This module ...") is read as the unit
+            named = key.split(": ", 1)[-1] if key.startswith("`") else key
+            unit = units.get(key) or units.get(named)
+            texts.append(embedded_text(unit) if unit is not None else sentence)
         best = 0.0
         for question in dict.fromkeys([asked.text, in_corpus_words(asked.text, read_as)]):
             sims = self.corpus.similarity(question, texts)

@@ -80,12 +80,12 @@ _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
         re.compile(
             r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:modules?|functions?|methods?|class(?:es)?|"
             r"decorators?|built-?ins?|librar(?:y|ies)|apis?|constants?|attributes?|options?|"
-            r"arguments?|parameters?|flags?|actions?|commands?|types?)\b"
+            r"arguments?|parameters?|flags?|actions?|commands?|settings?|types?)\b"
             r"|\b(?:what|which)(?: one)? should (?:i|you|we) (?:use|call|import)\b"
             r"|(?:^|[.?!]\s+)is there an? \b.*\b"
             r"(?:function|module|way|method|class|built-?in|tool)\b"
             r"|\b(?:standard[- ]library|stdlib) (?:way|function|module)\b"
-            r"|(?:^|[.?!]\s+)how (?:can|do|should|would) (?:i|you|we)\b",
+            r"|(?:^|[.?!,]\s+)how (?:can|do|should|would) (?:i|you|we)\b",
             re.I,
         ),
         "api",
@@ -242,6 +242,8 @@ def profile(question: str) -> QuestionProfile:
 _CONSTANT = re.compile(
     r"^\s*(?i:what (?:is|are|was))\b.*\b(?:[a-z_]\w*\.)?[A-Z][A-Z0-9]*_[A-Z0-9_]+\b"
 )
+# a file ("Source code: Lib/timeit.py") is not an API
+_FILE_NAME = re.compile(r"\.(?:py[cdiw]?|html?|txt|rst|md|cfg|ini|toml|c|h|so|dll|exe)$", re.I)
 _TITLED = re.compile(r"(?:^|:\s)([\w.]+) [—–-] ")  # "configparser — Configuration file parser"
 
 
@@ -266,7 +268,8 @@ def gives_answer_type(answer_type: str | None, sentence: str, question: str = ""
     pattern = _UNIT_PATTERNS.get(answer_type)
     if answer_type == "api":  # a code name the question does not already give
         asked = {n.lower() for n in code_names(question)} | set(tokenize(question))
-        return any(n.lower() not in asked for n in [*code_names(sentence), *_titled(sentence)])
+        names = [*code_names(sentence), *_titled(sentence)]
+        return any(n.lower() not in asked and not _FILE_NAME.search(n) for n in names)
     if pattern is not None and answer_type in ("exception", "version"):
         named = {_answer_key(m) for m in pattern.findall(question)}  # it must say another one
         return any(_answer_key(m) not in named for m in pattern.findall(sentence))
