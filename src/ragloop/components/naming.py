@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from ragloop.components.extractive import Sentence, is_signature
-from ragloop.components.questions import QuestionProfile, gives_answer_type
+from ragloop.components.questions import NAMES_KIND, QuestionProfile, gives_answer_type
 from ragloop.components.text import code_names, tokenize
 from ragloop.core.records import Chunk
 
@@ -39,19 +39,6 @@ _BOILERPLATE = re.compile(
 )
 
 
-# The question names the kind of thing it wants: "which module", "is there a function",
-# "the standard-library way", "what should I use"
-_NAMES_KIND = re.compile(
-    r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:modules?|functions?|methods?|class(?:es)?|"
-    r"decorators?|built-?ins?|librar(?:y|ies)|apis?|constants?|attributes?|options?|"
-    r"arguments?|parameters?|flags?|actions?|commands?|settings?|tools?)\b"
-    r"|\b(?:what|which)(?: one)? (?:should|can|do) (?:i|you|we) (?:use|call|import)\b"
-    r"|\bis there an?\b.*\b(?:function|module|method|class|built-?in|tool|decorator)\b"
-    r"|\b(?:standard[- ]library|stdlib|built-?in) (?:way|function|module|tool)\b",
-    re.IGNORECASE,
-)
-
-
 def asks_for_name(question: QuestionProfile) -> str:
     """Whether the answer should lead with an API's name: ``"kind"`` when a one-part question
     of answer type ``api`` (:mod:`ragloop.components.questions`) names the kind of thing it
@@ -60,7 +47,7 @@ def asks_for_name(question: QuestionProfile) -> str:
     in the headings is taken for the answer, not any title), else ``""``."""
     if question.answer_type != "api" or question.is_multi_part:
         return ""
-    return "kind" if _NAMES_KIND.search(question.text) else "how"
+    return "kind" if NAMES_KIND.search(question.text) else "how"
 
 
 def signature_name(heading: str) -> str:

@@ -51,6 +51,19 @@ CLAUSE_SPLIT = re.compile(
 )
 
 # (question pattern, answer type, words of the cue that are not content terms); first match wins
+# A question that names the kind of API it wants ("which module", "is there a function", "what
+# should I use", "the standard-library way"): its answer leads with the API's name
+# (:mod:`ragloop.components.naming`); an "api" question may also just ask how to do something.
+NAMES_KIND = re.compile(
+    r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:modules?|functions?|methods?|class(?:es)?|"
+    r"decorators?|built-?ins?|librar(?:y|ies)|apis?|constants?|attributes?|options?|"
+    r"arguments?|parameters?|flags?|actions?|commands?|settings?|tools?)\b"
+    r"|\b(?:what|which)(?: one)? (?:should|can|do) (?:i|you|we) (?:use|call|import)\b"
+    r"|\bis there an?\b.*\b(?:function|module|method|class|built-?in|tool|decorator)\b"
+    r"|\b(?:standard[- ]library|stdlib|built-?in) (?:way|function|module|tool)\b",
+    re.IGNORECASE,
+)
+
 _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
     (
         re.compile(
@@ -78,13 +91,8 @@ _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
     ),
     (
         re.compile(
-            r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?(?:modules?|functions?|methods?|class(?:es)?|"
-            r"decorators?|built-?ins?|librar(?:y|ies)|apis?|constants?|attributes?|options?|"
-            r"arguments?|parameters?|flags?|actions?|commands?|settings?|types?)\b"
-            r"|\b(?:what|which)(?: one)? should (?:i|you|we) (?:use|call|import)\b"
-            r"|(?:^|[.?!]\s+)is there an? \b.*\b"
-            r"(?:function|module|way|method|class|built-?in|tool)\b"
-            r"|\b(?:standard[- ]library|stdlib) (?:way|function|module)\b"
+            NAMES_KIND.pattern + r"|\b(?:which|what)\s+(?:[\w-]+\s+){0,2}?types?\b"
+            r"|(?:^|[.?!]\s+)is there an? \b.*\bway\b"
             r"|(?:^|[.?!,]\s+)how (?:can|do|should|would) (?:i|you|we)\b",
             re.I,
         ),
