@@ -31,6 +31,20 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("RAGLOOP_FUZZ", "ci"))
 
+
+@pytest.fixture
+def no_ragloop_settings(monkeypatch):
+    """No ``RAGLOOP_*`` variable of the machine running the tests, and no config file chosen
+    by a test left behind for the next one."""
+    from ragloop.config import use_config_file
+
+    for name in list(os.environ):
+        if name.startswith("RAGLOOP_"):
+            monkeypatch.delenv(name)
+    yield
+    use_config_file(None)
+
+
 # durability off: a test server's data is thrown away anyway
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 

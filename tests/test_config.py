@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragloop import ConfigError, Document, KnowledgeBase
-from ragloop.config import Settings, hash_key, load_settings, use_config_file
+from ragloop.config import Settings, hash_key, load_settings
 
 FILE = """
 [kb]
@@ -39,13 +39,7 @@ collections = ["public"]
 """
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("RAGLOOP_"):
-            monkeypatch.delenv(name)
-    yield
-    use_config_file(None)
+pytestmark = pytest.mark.usefixtures("no_ragloop_settings")
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ settings (the masked values aside), infinity included."""
 from __future__ import annotations
 
 import json
-import os
 import tomllib
 
 import pytest
 from click.testing import CliRunner
 
 from ragloop.cli import main as cli
-from ragloop.config import Settings, hash_key, load_settings, mask_url, use_config_file
+from ragloop.config import Settings, hash_key, load_settings, mask_url
 
 SECRETS = ("s3cret", "urlpass", "QUERYKEY", "tok3n", "spec-pass", "SIGVALUE", "envpass", "envkey")
 
@@ -62,13 +61,7 @@ port = 8123
 """
 
 
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("RAGLOOP_"):
-            monkeypatch.delenv(name)
-    yield
-    use_config_file(None)
+pytestmark = pytest.mark.usefixtures("no_ragloop_settings")
 
 
 def show(path, *extra, env=None):

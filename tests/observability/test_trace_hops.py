@@ -5,7 +5,6 @@ in its local trace by default, none with `[traces] content = false`."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -14,7 +13,6 @@ from click.testing import CliRunner
 from ragloop import Document, KnowledgeBase
 from ragloop.cli import main as cli
 from ragloop.cli.common import traces_file
-from ragloop.config import use_config_file
 from ragloop.observability import set_trace_content
 from ragloop.observability.report_html import render_html
 from ragloop.observability.traces import TraceStore, trace_steps
@@ -24,13 +22,8 @@ HOP = re.compile(r"<li class='hop'>hop (\d+): <code>(.*?)</code> (\d+) chunk\(s\
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    for name in list(os.environ):
-        if name.startswith("RAGLOOP_"):
-            monkeypatch.delenv(name)
+def _clean(no_ragloop_settings):
     set_trace_content(None)
-    yield
-    use_config_file(None)
 
 
 @pytest.fixture

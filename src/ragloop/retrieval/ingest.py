@@ -184,9 +184,8 @@ def discover(paths: Sequence[str | os.PathLike[str]]) -> Discovery:
         if resolved in seen:
             return
         seen.add(resolved)
-        if path.suffix.lower() not in SUPPORTED_SUFFIXES:
-            kind = f"'{path.suffix}'" if path.suffix else "without an extension"
-            out.skip(path, f"unsupported file type {kind}")
+        if (unsupported := unsupported_type(path)) is not None:
+            out.skip(path, unsupported)
             return
         out.found.append(Candidate(resolved, root))
 
@@ -318,6 +317,13 @@ def check_size(size: int, max_bytes: int) -> None:
         )
     if size == 0:
         raise SkipFile("empty file")
+
+
+def unsupported_type(path: Path) -> str | None:
+    """Why a file of this name is not read (its suffix is none ragloop reads), else None."""
+    if path.suffix.lower() in SUPPORTED_SUFFIXES:
+        return None
+    return f"unsupported file type {f'{path.suffix!r}' if path.suffix else 'without an extension'}"
 
 
 READ_PIECE = 1 << 20  # what a file that grows while it is read is read on by

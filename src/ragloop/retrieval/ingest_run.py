@@ -43,9 +43,10 @@ from ragloop.retrieval.ingest import (
     read_file,
     storable,
     storable_document,
+    unsupported_type,
 )
 from ragloop.retrieval.links import NameIndex, canonical, document_names, reverse_links
-from ragloop.retrieval.readers import SUPPORTED_SUFFIXES, ParsedDocument
+from ragloop.retrieval.readers import ParsedDocument
 from ragloop.retrieval.store import (
     ChunkRecord,
     DocumentRecord,
@@ -135,11 +136,8 @@ class BytesItem:
         return len(self.data)
 
     def read(self) -> str:
-        suffix = Path(self.source).suffix.lower()
-        if suffix not in SUPPORTED_SUFFIXES:
-            raise SkipFile(
-                f"unsupported file type {f'{suffix!r}' if suffix else 'without an extension'}"
-            )
+        if (unsupported := unsupported_type(Path(self.source))) is not None:
+            raise SkipFile(unsupported)
         check_size(len(self.data), self.max_bytes)
         return raw_hash(self.data)
 

@@ -258,7 +258,6 @@ class KnowledgeBase:
         ...}``). ``documents`` may be a generator: they are read one at a time, never held
         together (progress then counts them without a total)."""
         report = IngestReport()
-        check_collection(collection)
         if isinstance(documents, list | tuple):  # all checked before any is stored
             documents = [Document.model_validate(given) for given in documents]
 
