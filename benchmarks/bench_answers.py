@@ -87,9 +87,13 @@ class Run:
 
     @property
     def right(self) -> bool:
-        text = self.answer.casefold()
-        gold = self.item.gold
-        return bool(gold) and all(any(g.casefold() in text for g in group) for group in gold)
+        return is_right(self.answer, self.item.gold)
+
+
+def is_right(answer: str, gold: tuple[tuple[str, ...], ...]) -> bool:
+    """The answer contains a gold answer of every group (never, with no gold)."""
+    text = answer.casefold()
+    return bool(gold) and all(any(g.casefold() in text for g in group) for group in gold)
 
 
 @dataclass

@@ -14,9 +14,19 @@ the 5 best chunks of each with one hybrid search of the cached knowledge base, a
    to the questions as retrieved and, as questions the documents cannot answer, the answers to
    the same questions with their gold passages taken out of the knowledge base's results.
 
-It prints the coefficients to paste, and a reliability table of the judge on each set. The
+It prints the coefficients to paste and a reliability table of the judge on each set. The
 features are cached in benchmarks/.cache (``--fresh`` computes them again: do after changing a
 feature).
+
+``--pydocs`` also fits the judge with an embedder on every answer RAGLoop.offline gives,
+iteration by iteration, to the pydocs dev questions (bench_answers.py's set and its rule of
+"right": paraphrases and questions the docs cannot answer among them), weighted as much as the
+two other sets together, and shows what RAGLoop.offline would do under the shipped judge and
+under the fitted one at a few thresholds (its stop rule replayed over the recorded
+iterations), fitted on all the questions and cross-validated (5 folds of questions, 3
+shuffles: each fold's figures from a judge fitted without it). This is how the shipped
+coefficients were checked against a fit on the documentation questions (docs/offline.md,
+"What the judge cannot tell apart"); they are not fitted on them.
 """
 
 from __future__ import annotations
@@ -27,11 +37,12 @@ from collections.abc import Callable
 from functools import partial
 
 import numpy as np
+from bench_answers import is_right, pydocs_items, pydocs_knowledge_base
 from bench_eval import SAMPLE_EVERY
 from bench_retrieval import CACHE, DATASETS, knowledge_base
 
-from ragloop import Corpus, ExtractiveGenerator
-from ragloop.components import extractive
+from ragloop import Corpus, ExtractiveGenerator, RAGLoop
+from ragloop.components import extractive, judging
 from ragloop.components.citations import strip_citations
 from ragloop.components.extractive import (
     SENTENCE_FEATURES,
@@ -39,22 +50,33 @@ from ragloop.components.extractive import (
     sentence_similarity,
     split_chunks,
 )
-from ragloop.components.judging import ANSWER_FEATURES, answer_features
+from ragloop.components.judging import ANSWER_FEATURES, UNFINISHED_AT_MOST, answer_features
 from ragloop.components.questions import profile
 from ragloop.evaluation.datasets import EvalDataset, EvalQuestion, load_dataset
 from ragloop.evaluation.metrics import answer_contains
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 TOP_K = 5
+PYDOCS_SHARE = 0.5  # the pydocs loop answers' share of the embedded judge's fit
+THRESHOLDS = (0.5, 0.55, 0.6)  # where the replayed loop's figures are shown
+KINDS = ("fact", "paraphrase", "multi", "unanswerable")
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2, steps: int = 50) -> np.ndarray:
-    """Newton's method on the L2-regularised log loss; column 0 of x is the intercept."""
+def fit_logistic(
+    x: np.ndarray,
+    y: np.ndarray,
+    l2: float = 1e-2,
+    steps: int = 50,
+    weights: np.ndarray | None = None,
+) -> np.ndarray:
+    """Newton's method on the L2-regularised (and optionally weighted) log loss; column 0 of x
+    is the intercept."""
+    s = np.ones(len(y)) if weights is None else weights
     w = np.zeros(x.shape[1])
     for _ in range(steps):
         p = 1 / (1 + np.exp(-(x @ w)))
-        grad = x.T @ (p - y) + l2 * w
-        hess = x.T @ (x * (p * (1 - p))[:, None]) + l2 * np.eye(x.shape[1])
+        grad = x.T @ (s * (p - y)) + l2 * w
+        hess = x.T @ (x * (s * p * (1 - p))[:, None]) + l2 * np.eye(x.shape[1])
         w -= np.linalg.solve(hess, grad)
     return w
 
@@ -77,13 +99,15 @@ ANSWER_SIGNS = {
 }
 
 
-def fit_signed(x: np.ndarray, y: np.ndarray, signs: list[int]) -> np.ndarray:
+def fit_signed(
+    x: np.ndarray, y: np.ndarray, signs: list[int], weights: np.ndarray | None = None
+) -> np.ndarray:
     """:func:`fit_logistic` with each coefficient (after the intercept) held to the sign
     given (0: free): a coefficient fitted the other way is fixed at 0 and the rest refitted."""
     free = list(range(x.shape[1]))
     while True:
         w = np.zeros(x.shape[1])
-        w[free] = fit_logistic(x[:, free], y)
+        w[free] = fit_logistic(x[:, free], y, weights=weights)
         wrong = [i for i in free[1:] if signs[i - 1] and np.sign(w[i]) == -signs[i - 1]]
         if not wrong:
             return w
@@ -133,6 +157,97 @@ def answer_data(kb, questions, *, embedded: bool) -> dict[str, np.ndarray]:  # t
             rows.append([1.0, *(features[k] for k in ANSWER_FEATURES)])
             labels.append(float(answer_contains(strip_citations(answer), q.answers)))
     return {"x": np.array(rows), "y": np.array(labels)}
+
+
+def pydocs_loop_data() -> dict[str, np.ndarray]:
+    """Every answer RAGLoop.offline gives to the pydocs dev questions, iteration by iteration
+    (each run to its last iteration: ``confidence_threshold=1.0``): the answer features, right
+    or not (bench_answers.py's rule), whether the judge holds it as unfinished (``cap``: a part
+    or hop missing, an unknown name), its question (``g``) and each question's kind (``kinds``,
+    an index into :data:`KINDS`)."""
+    loop = RAGLoop.offline(pydocs_knowledge_base(), confidence_threshold=1.0)
+    generator = loop.generator
+    assert isinstance(generator, ExtractiveGenerator)
+    rows, labels, capped, groups, kinds = [], [], [], [], []
+    for n, item in enumerate(pydocs_items()):
+        asked = profile(item.question)
+        kinds.append(KINDS.index(item.kind))
+        for iteration in loop.run(item.question).trace:
+            found = generator.judge.analyse(asked, iteration.chunks, iteration.answer)
+            if not found.answered:
+                continue
+            features = answer_features(asked, found)
+            rows.append([1.0, *(features[k] for k in ANSWER_FEATURES)])
+            labels.append(float(is_right(iteration.answer, item.gold)))
+            capped.append(float(bool(found.hops or found.uncovered_parts or found.unknown_names)))
+            groups.append(n)
+    return {
+        "x": np.array(rows),
+        "y": np.array(labels),
+        "cap": np.array(capped),
+        "g": np.array(groups),
+        "kinds": np.array(kinds),
+    }
+
+
+def replayed(chance: np.ndarray, loop: dict[str, np.ndarray], threshold: float) -> str:
+    """RAGLoop's stop rule replayed over the recorded iterations: the first answer the judge
+    scores at least ``threshold`` is given, confident; else the best one, not confident."""
+    chance = np.where(loop["cap"] > 0, np.minimum(chance, UNFINISHED_AT_MOST), chance)
+    kinds = [KINDS[k] for k in loop["kinds"]]
+    confident, right = np.zeros(len(kinds), bool), np.zeros(len(kinds), bool)
+    for q in range(len(kinds)):
+        rows = np.flatnonzero(loop["g"] == q)
+        if not len(rows):
+            continue
+        over = rows[chance[rows] >= threshold]
+        confident[q] = len(over) > 0
+        chosen = over[0] if len(over) else rows[np.argmax(chance[rows])]
+        right[q] = bool(loop["y"][chosen])
+    answerable = np.array([k != "unanswerable" for k in kinds])
+    paraphrase = np.array([k == "paraphrase" for k in kinds])
+    return (
+        f"accuracy {right[answerable].sum()}/{answerable.sum()}, "
+        f"confident and right {(confident & right)[answerable].sum()}, "
+        f"paraphrases right {right[paraphrase].sum()}/{paraphrase.sum()} "
+        f"(confident {(confident & right)[paraphrase].sum()}), "
+        f"confident but wrong {(confident & ~right).sum()}/{len(kinds)}, "
+        f"refused {(~confident)[~answerable].sum()}/{(~answerable).sum()}"
+    )
+
+
+def joint_fit(
+    x: list[np.ndarray], y: list[np.ndarray], shares: list[float], signs: list[int]
+) -> np.ndarray:
+    """:func:`fit_signed` over several sets at once, each weighing its share of the whole."""
+    total = sum(len(part) for part in y)
+    weights = [
+        np.full(len(part), share * total / len(part)) for part, share in zip(y, shares, strict=True)
+    ]
+    return fit_signed(np.vstack(x), np.concatenate(y), signs, weights=np.concatenate(weights))
+
+
+def cross_validated(
+    loop: dict[str, np.ndarray],
+    others: list[tuple[np.ndarray, np.ndarray]],
+    signs: list[int],
+    seed: int,
+) -> np.ndarray:
+    """The judge's chance of each pydocs loop answer, from a fit without its question's fold
+    (5 folds of questions) and with all of ``others``."""
+    questions = np.random.default_rng(seed).permutation(len(loop["kinds"]))
+    chance = np.zeros(len(loop["y"]))
+    share = (1 - PYDOCS_SHARE) / len(others)
+    for fold in np.array_split(questions, 5):
+        held = np.isin(loop["g"], fold)
+        w = joint_fit(
+            [loop["x"][~held], *(x for x, _ in others)],
+            [loop["y"][~held], *(y for _, y in others)],
+            [PYDOCS_SHARE, *(share for _ in others)],
+            signs,
+        )
+        chance[held] = 1 / (1 + np.exp(-(loop["x"][held] @ w)))
+    return chance
 
 
 def reliability(p: np.ndarray, y: np.ndarray) -> list[str]:
@@ -281,13 +396,44 @@ def fit_answers(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> No
         )
         columns = [0] + [1 + ANSWER_FEATURES.index(f) for f in features]
         data = stacked(list(parts.values()))
-        w = fit_signed(data["x"][:, columns], data["y"], [ANSWER_SIGNS[f] for f in features])
+        signs = [ANSWER_SIGNS[f] for f in features]
+        w = fit_signed(data["x"][:, columns], data["y"], signs)
         print(f"{len(data['y'])} answers, {data['y'].mean():.3f} contain a gold answer")
         print(f"{name} = {coefficients(features, w)}")
         for key, part in parts.items():
             print(f"\n{key}: {len(part['y'])} answers")
             chance = 1 / (1 + np.exp(-(part["x"][:, columns] @ w)))
             print("\n".join(reliability(chance, part["y"])))
+        if embedded and "--pydocs" in sys.argv:
+            fit_with_pydocs([(part["x"], part["y"]) for part in parts.values()], signs)
+
+
+def fit_with_pydocs(others: list[tuple[np.ndarray, np.ndarray]], signs: list[int]) -> None:
+    """The judge with an embedder fitted on the pydocs loop answers too (``--pydocs``), and
+    RAGLoop.offline replayed on them under the shipped judge and under that fit."""
+    loop = cached("pydocs-loop", pydocs_loop_data)
+    share = (1 - PYDOCS_SHARE) / len(others)
+    w = joint_fit(
+        [loop["x"], *(x for x, _ in others)],
+        [loop["y"], *(y for _, y in others)],
+        [PYDOCS_SHARE, *(share for _ in others)],
+        signs,
+    )
+    print(f"\nwith the pydocs loop answers: {coefficients(ANSWER_FEATURES, w)}")
+    for x, y in others:
+        print("\n".join(reliability(1 / (1 + np.exp(-(x @ w))), y)))
+    shipped = np.array([judging.ANSWER_COEFFICIENTS[k] for k in ("bias", *ANSWER_FEATURES)])
+    today = 1 / (1 + np.exp(-(loop["x"] @ shipped)))
+    chance = 1 / (1 + np.exp(-(loop["x"] @ w)))
+    print(f"\npydocs loop: {len(loop['y'])} answers, {loop['y'].mean():.3f} right")
+    print("\n".join(reliability(chance, loop["y"])))
+    folds = [cross_validated(loop, others, signs, seed) for seed in range(3)]
+    for threshold in THRESHOLDS:
+        print(f"\nRAGLoop.offline replayed at {threshold}:")
+        print(f"  shipped judge:   {replayed(today, loop, threshold)}")
+        print(f"  fitted on all:   {replayed(chance, loop, threshold)}")
+        for seed, held_out in enumerate(folds):
+            print(f"  cross-val (#{seed}): {replayed(held_out, loop, threshold)}")
 
 
 def main() -> None:
