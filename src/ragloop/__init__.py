@@ -43,14 +43,18 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ComponentError",
         "ConfigError",
         "ContextOverflowError",
+        "DenseSearchUnavailable",
+        "EmbedderUnavailable",
         "EmptyTraceError",
         "GroundingError",
+        "KnowledgeBaseNotFound",
         "ModelError",
         "ModelHTTPError",
         "ModelTimeout",
         "RagloopError",
         "RetrievalLoopError",
         "ScriptExhausted",
+        "StoreError",
         "TraceCorrupted",
         "TraceNotFound",
     ),
@@ -112,21 +116,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "ragloop.retrieval.chunking": ("ChunkingConfig",),
     "ragloop.retrieval.embedders": (
         "E5Embedder",
-        "EmbedderUnavailable",
         "MiniLMEmbedder",
         "get_embedder",
     ),
     "ragloop.retrieval.embedding_cache": ("ExactEmbeddingCache", "SemanticEmbeddingCache"),
     "ragloop.retrieval.ingest": ("IngestInterrupted", "IngestProgress", "IngestReport"),
-    "ragloop.retrieval.knowledge_base": (
-        "DenseSearchUnavailable",
-        "Document",
-        "KnowledgeBase",
-        "KnowledgeBaseNotFound",
-        "KnowledgeBaseRetriever",
-    ),
+    "ragloop.retrieval.knowledge_base": ("Document", "KnowledgeBase", "KnowledgeBaseRetriever"),
     "ragloop.retrieval.routing": ("RetrievalRouter",),
-    "ragloop.retrieval.store": ("Store", "StoreError"),
+    "ragloop.retrieval.store": ("Store",),
     "ragloop.retrieval.store_postgres": ("PostgresKnowledgeBase", "PostgresStore"),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -222,14 +219,18 @@ if _typing.TYPE_CHECKING:
         ComponentError,
         ConfigError,
         ContextOverflowError,
+        DenseSearchUnavailable,
+        EmbedderUnavailable,
         EmptyTraceError,
         GroundingError,
+        KnowledgeBaseNotFound,
         ModelError,
         ModelHTTPError,
         ModelTimeout,
         RagloopError,
         RetrievalLoopError,
         ScriptExhausted,
+        StoreError,
         TraceCorrupted,
         TraceNotFound,
     )
@@ -311,12 +312,7 @@ if _typing.TYPE_CHECKING:
         resolve_model,
     )
     from ragloop.retrieval.chunking import ChunkingConfig
-    from ragloop.retrieval.embedders import (
-        E5Embedder,
-        EmbedderUnavailable,
-        MiniLMEmbedder,
-        get_embedder,
-    )
+    from ragloop.retrieval.embedders import E5Embedder, MiniLMEmbedder, get_embedder
     from ragloop.retrieval.embedding_cache import (
         ExactEmbeddingCache,
         SemanticEmbeddingCache,
@@ -326,18 +322,9 @@ if _typing.TYPE_CHECKING:
         IngestProgress,
         IngestReport,
     )
-    from ragloop.retrieval.knowledge_base import (
-        DenseSearchUnavailable,
-        Document,
-        KnowledgeBase,
-        KnowledgeBaseNotFound,
-        KnowledgeBaseRetriever,
-    )
+    from ragloop.retrieval.knowledge_base import Document, KnowledgeBase, KnowledgeBaseRetriever
     from ragloop.retrieval.routing import RetrievalRouter
-    from ragloop.retrieval.store import (
-        Store,
-        StoreError,
-    )
+    from ragloop.retrieval.store import Store
     from ragloop.retrieval.store_postgres import (
         PostgresKnowledgeBase,
         PostgresStore,

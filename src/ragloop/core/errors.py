@@ -17,6 +17,14 @@ Every exception ragloop raises on purpose derives from :class:`RagloopError`::
     │                        chained
     ├── TraceNotFound        no stored trace has the id asked for (or a prefix matches several)
     ├── TraceCorrupted       (also a ValueError)  a stored trace cannot be read back
+    ├── StoreError           the store refused an operation (a corrupt file, a mismatched
+    │   │                    embedding model, a schema from a newer ragloop, ...)
+    │   ├── KnowledgeBaseNotFound   a read pointed at a knowledge base that does not exist
+    │   ├── DenseSearchUnavailable  dense search asked for, but no usable embedder
+    │   └── PostgresServerError     the temporary PostgreSQL server could not start
+    ├── ReadError            a file could not be turned into text (malformed, empty, ...)
+    ├── EmbedderUnavailable  the embedder's packages are not installed (names the extra)
+    ├── DatasetError         an evaluation dataset is missing, malformed or unrecognised
     └── ModelError           a chat model could not produce a reply (also: requests forbidden,
         │                    no API key, server unreachable, a body that is not the wire format)
         ├── ModelHTTPError   the provider answered with an error status; ``.status``, ``.body``
@@ -204,6 +212,34 @@ class ModelTimeout(ModelError, TimeoutError):
 
 class ScriptExhausted(ModelError):
     """A :class:`~ragloop.testing.ScriptedModel` ran out of scripted replies."""
+
+
+class StoreError(RagloopError):
+    """The store refused an operation (a corrupt file, a mismatched embedding model, ...)."""
+
+
+class KnowledgeBaseNotFound(StoreError):
+    """A read command pointed at a knowledge base that does not exist."""
+
+
+class DenseSearchUnavailable(StoreError):
+    """Dense search was asked for, but the knowledge base has no usable embedder."""
+
+
+class PostgresServerError(StoreError):
+    """The temporary server could not be set up or started (the message carries its log)."""
+
+
+class ReadError(RagloopError):
+    """A file could not be turned into text (malformed, empty, unsupported)."""
+
+
+class EmbedderUnavailable(RagloopError):
+    """The embedder's packages are not installed (the message says which extra to install)."""
+
+
+class DatasetError(RagloopError):
+    """A dataset file is missing, malformed, or in a format no loader recognises."""
 
 
 WITHHELD = "[server reply withheld: content capture is off]"

@@ -25,11 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ragloop.core.errors import RagloopError
-
-
-class DatasetError(RagloopError):
-    """A dataset file is missing, malformed, or in a format no loader recognises."""
+from ragloop.core.errors import DatasetError as DatasetError
 
 
 class EvalPassage(BaseModel):

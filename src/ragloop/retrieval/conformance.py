@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from ragloop.core.errors import StoreError
 from ragloop.core.protocols import Embedder
 from ragloop.retrieval.fusion import reciprocal_rank_fusion
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
-from ragloop.retrieval.store import StoreError
 from ragloop.testing import HashEmbedder
 
 CORPUS = {

@@ -30,15 +30,12 @@ import numpy as np
 import numpy.typing as npt
 import platformdirs
 
-from ragloop.core.errors import ConfigError, RagloopError
+from ragloop.core.errors import ConfigError
+from ragloop.core.errors import EmbedderUnavailable as EmbedderUnavailable
 from ragloop.core.protocols import Embedder
 from ragloop.retrieval.onnx_int8 import cached_int8_model
 
 logger = logging.getLogger("ragloop")
-
-
-class EmbedderUnavailable(RagloopError):
-    """The embedder's packages are not installed (the message says which extra to install)."""
 
 
 class QueryEmbedder(Embedder, Protocol):

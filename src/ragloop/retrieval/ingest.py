@@ -27,12 +27,12 @@ from typing import BinaryIO, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
+from ragloop.core.errors import ReadError
 from ragloop.retrieval.readers import (
     BINARY_READERS,
     SUPPORTED_SUFFIXES,
     TEXT_READERS,
     ParsedDocument,
-    ReadError,
 )
 from ragloop.retrieval.store import DocumentRecord
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ragloop.core.errors import StoreError
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import chunk_id
 from ragloop.retrieval.bm25 import pack_batch
@@ -52,7 +53,6 @@ from ragloop.retrieval.store import (
     DocumentRecord,
     Link,
     Store,
-    StoreError,
     content_hash,
     index_text,
 )

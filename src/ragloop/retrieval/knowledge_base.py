@@ -20,16 +20,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from ragloop.core.errors import ConfigError
+from ragloop.core.errors import ConfigError, EmbedderUnavailable, StoreError
+from ragloop.core.errors import DenseSearchUnavailable as DenseSearchUnavailable
+from ragloop.core.errors import KnowledgeBaseNotFound as KnowledgeBaseNotFound
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import Chunk
 from ragloop.retrieval.chunking import ChunkingConfig
-from ragloop.retrieval.embedders import (
-    EmbedderUnavailable,
-    default_embedder,
-    embed_queries,
-    recorded_embedder,
-)
+from ragloop.retrieval.embedders import default_embedder, embed_queries, recorded_embedder
 from ragloop.retrieval.embedders import get_embedder as load_embedder
 from ragloop.retrieval.embedding_cache import ExactEmbeddingCache
 from ragloop.retrieval.exact import exact_terms
@@ -55,14 +52,7 @@ from ragloop.retrieval.ingest_run import (
 )
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
 from ragloop.retrieval.sources import name_files, upload_names
-from ragloop.retrieval.store import (
-    CollectionInfo,
-    Link,
-    Scope,
-    Store,
-    StoreError,
-    StoreStats,
-)
+from ragloop.retrieval.store import CollectionInfo, Link, Scope, Store, StoreStats
 from ragloop.retrieval.store_memory import InMemoryStore
 from ragloop.retrieval.store_sqlite import SQLiteStore
 
@@ -73,14 +63,6 @@ SEARCH_MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 VectorsWhen = Literal["now", "later"]
 _PIPELINE_VERSION = "4"  # bumped when readers or chunking change: re-ingest re-reads every file
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
-
-
-class KnowledgeBaseNotFound(StoreError):
-    """A read command pointed at a knowledge base that does not exist."""
-
-
-class DenseSearchUnavailable(StoreError):
-    """Dense search was asked for, but the knowledge base has no usable embedder."""
 
 
 class Document(BaseModel):

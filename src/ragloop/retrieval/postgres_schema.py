@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragloop.retrieval.store import BM25_B, BM25_K1, StoreError
+from ragloop.core.errors import StoreError
+from ragloop.retrieval.store import BM25_B, BM25_K1
 
 try:
     import psycopg

@@ -27,11 +27,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ragloop.retrieval.store import StoreError
-
-
-class PostgresServerError(StoreError):
-    """The temporary server could not be set up or started (the message carries its log)."""
+from ragloop.core.errors import PostgresServerError as PostgresServerError
 
 
 def embedded_bin_dir() -> Path:

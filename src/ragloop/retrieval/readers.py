@@ -17,13 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ragloop.core.errors import RagloopError
+from ragloop.core.errors import ReadError as ReadError
 
 BlockKind = Literal["heading", "text", "record", "end"]
-
-
-class ReadError(RagloopError):
-    """A file could not be turned into text (malformed, empty, unsupported)."""
 
 
 @dataclass(frozen=True)

@@ -23,15 +23,11 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel
 
-from ragloop.core.errors import RagloopError
+from ragloop.core.errors import StoreError as StoreError
 from ragloop.core.records import Chunk
 
 BM25_K1 = 1.2
 BM25_B = 0.75
-
-
-class StoreError(RagloopError):
-    """The store refused an operation (a corrupt file, a mismatched embedding model, ...)."""
 
 
 def index_text(title: str, heading_path: Sequence[str], text: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ragloop.core.errors import StoreError
 from ragloop.core.records import Chunk
 from ragloop.retrieval.bm25 import BM25Index, Postings, analyze, stems, term_frequencies
 from ragloop.retrieval.store import (
@@ -21,7 +22,6 @@ from ragloop.retrieval.store import (
     DocumentRecord,
     Link,
     Scope,
-    StoreError,
     StoreStats,
 )
 

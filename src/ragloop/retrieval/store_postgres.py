@@ -35,9 +35,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from ragloop.components.text import tokenize
+from ragloop.core.errors import KnowledgeBaseNotFound, StoreError
 from ragloop.core.records import Chunk
 from ragloop.retrieval.bm25 import query_words
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseNotFound
+from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.postgres_schema import (
     BM25_QUERY,
     CHUNK_COLUMNS,
@@ -63,7 +64,6 @@ from ragloop.retrieval.store import (
     DocumentRecord,
     Link,
     Scope,
-    StoreError,
     StoreStats,
     index_text,
 )

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ragloop.components.text import tokenize
+from ragloop.core.errors import StoreError
 from ragloop.core.records import Chunk
 from ragloop.core.sqlite_wal import use_wal
 from ragloop.retrieval import ann, saved_arrays
@@ -59,7 +60,6 @@ from ragloop.retrieval.store import (
     DocumentRecord,
     Link,
     Scope,
-    StoreError,
     StoreStats,
     index_text,
 )

@@ -40,15 +40,15 @@ from starlette.exceptions import HTTPException
 
 from ragloop.core.errors import (
     ConfigError,
+    DenseSearchUnavailable,
+    EmbedderUnavailable,
     ModelError,
     ModelTimeout,
     RagloopError,
+    ReadError,
+    StoreError,
     TraceNotFound,
 )
-from ragloop.retrieval.embedders import EmbedderUnavailable
-from ragloop.retrieval.knowledge_base import DenseSearchUnavailable
-from ragloop.retrieval.readers import ReadError
-from ragloop.retrieval.store import StoreError
 from ragloop.server.access import AccessDenied
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/models")
