@@ -10,7 +10,9 @@ base's location, as it always was. A bad value is one :class:`~ragloop.ConfigErr
 key and where it came from.
 
 The CLI (``ask``, ``search``, ``ingest`` ...), ``ragloop serve`` and ``ragloop mcp`` all read
-it; ``ragloop config show`` prints the effective settings with secrets masked.
+it; ``ragloop config show`` prints the effective settings with secrets masked. The default
+locations live here too: the knowledge base when none is named (:func:`default_kb_location`)
+and where its traces are stored (:func:`kb_traces_file`).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
+import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError
+from ragloop.core.locations import is_postgres_dsn, traces_path_for
 
 CONFIG_ENV = "RAGLOOP_CONFIG"
 CONFIG_FILE = "ragloop.toml"
@@ -347,6 +351,36 @@ def _env_value(raw: str) -> Any:
         return tomllib.loads(f"value = {raw}")["value"]
     except tomllib.TOMLDecodeError:
         return raw
+
+
+# -- default locations ---------------------------------------------------------------------------
+
+
+def data_folder() -> Path:
+    """The user's data folder for ragloop (the default knowledge base, PostgreSQL traces)."""
+    return Path(platformdirs.user_data_dir("ragloop"))
+
+
+def default_kb_location(settings: Settings | None = None) -> str:
+    """The knowledge base when none is named: $RAGLOOP_KB (a file or a postgresql:// URL), else
+    ``[kb] location`` of ``settings`` (loaded now when not given), else kb.sqlite in the user's
+    data folder. With $RAGLOOP_KB set the config file is not read."""
+    env = os.environ.get("RAGLOOP_KB")
+    if env:
+        return env
+    configured = (settings or load_settings()).kb.location
+    return configured or str(data_folder() / "kb.sqlite")
+
+
+def kb_traces_file(location: str) -> Path:
+    """Where the traces of the knowledge base at ``location`` are stored: beside its file
+    (:func:`traces_path_for`), or, for PostgreSQL, in the user data folder under a name derived
+    from the URL without its password."""
+    if not is_postgres_dsn(location):
+        return traces_path_for(Path(location).expanduser())
+    safe = re.sub(r"//([^:@/]*):[^@/]*@", r"//\1@", location)
+    digest = hashlib.sha256(safe.encode()).hexdigest()[:12]
+    return data_folder() / f"postgres-{digest}.traces.sqlite"
 
 
 # -- API keys ------------------------------------------------------------------------------------

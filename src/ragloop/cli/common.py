@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import platformdirs
 from rich.console import Console
 
 from ragloop.cli.tables import CONTROLS
 from ragloop.core.errors import ConfigError, RagloopError
+from ragloop.core.locations import is_postgres_dsn
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.metadata import public_metadata
-from ragloop.retrieval.store import is_postgres_dsn
 
 if TYPE_CHECKING:
     from ragloop.config import Settings
@@ -31,15 +28,14 @@ errors = Console(stderr=True, highlight=False)
 
 
 def default_kb_location() -> str:
-    """$RAGLOOP_KB (a file or a postgresql:// URL), else ``[kb] location`` of the config file,
-    else kb.sqlite in the user's data folder."""
-    env = os.environ.get("RAGLOOP_KB")
-    if env:
-        return env
-    configured = settings().kb.location
-    if configured:
-        return configured
-    return str(Path(platformdirs.user_data_dir("ragloop")) / "kb.sqlite")
+    """The knowledge base when ``--kb`` is not given (:func:`ragloop.config.default_kb_location`);
+    a bad config file is a clean error."""
+    from ragloop.config import default_kb_location as configured
+
+    try:
+        return configured()
+    except ConfigError as error:
+        raise InputError(f"config: {error}") from None
 
 
 def settings() -> Settings:
@@ -148,17 +144,11 @@ def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) 
 
 
 def traces_file(location: str | None) -> Path:
-    """Where ``ragloop ask`` stores the traces of a knowledge base: beside its file
-    (``kb.sqlite`` -> ``kb.traces.sqlite``), or, for PostgreSQL, in the user data folder under
-    a name derived from the URL without its password."""
-    from ragloop.observability.traces import traces_path_for
+    """Where ``ragloop ask`` stores the traces of the knowledge base at ``location`` (else of
+    the default one): :func:`ragloop.config.kb_traces_file`."""
+    from ragloop.config import kb_traces_file
 
-    location = location or default_kb_location()
-    if not is_postgres_dsn(location):
-        return traces_path_for(Path(location).expanduser())
-    safe = re.sub(r"//([^:@/]*):[^@/]*@", r"//\1@", location)
-    digest = hashlib.sha256(safe.encode()).hexdigest()[:12]
-    return Path(platformdirs.user_data_dir("ragloop")) / f"postgres-{digest}.traces.sqlite"
+    return kb_traces_file(location or default_kb_location())
 
 
 def shown_path(source: str) -> str:

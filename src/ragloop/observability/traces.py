@@ -14,8 +14,9 @@ ids, sources and scores), whatever the switch; ``content=None`` follows the swit
 ``TraceRecord.content`` says which kind a trace is.
 
 The store is its own SQLite file, beside the knowledge base by default
-(:func:`traces_path_for`): traces are the user's history, not the corpus, so a knowledge base can
-be shared or rebuilt without them, and a read-only or cached knowledge base still gets traces.
+(:func:`ragloop.core.locations.traces_path_for`): traces are the user's history, not the
+corpus, so a knowledge base can be shared or rebuilt without them, and a read-only or cached
+knowledge base still gets traces.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
+from ragloop.core.locations import traces_path_for as traces_path_for
 from ragloop.core.redaction import redact_all
 from ragloop.core.sqlite_wal import use_wal
 from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
@@ -118,12 +120,6 @@ def _count(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return max(0, value)
     return 0
-
-
-def traces_path_for(kb_path: str | os.PathLike[str]) -> Path:
-    """The trace file beside a knowledge base: ``kb.sqlite`` -> ``kb.traces.sqlite``."""
-    path = Path(kb_path)
-    return path.with_name(f"{path.stem}.traces.sqlite")
 
 
 class TraceStore:

@@ -24,6 +24,7 @@ import numpy.typing as npt
 from pydantic import BaseModel
 
 from ragloop.core.errors import StoreError as StoreError
+from ragloop.core.locations import is_postgres_dsn as is_postgres_dsn
 from ragloop.core.records import Chunk
 
 BM25_K1 = 1.2
@@ -37,11 +38,6 @@ def index_text(title: str, heading_path: Sequence[str], text: str) -> str:
     context += [h for h in heading_path if h not in context]
     header = " > ".join(context)
     return f"{header}\n{text}" if header else text
-
-
-def is_postgres_dsn(location: str) -> bool:
-    """Whether a ``--kb`` value names a PostgreSQL database rather than a file."""
-    return location.startswith(("postgresql://", "postgres://"))
 
 
 def content_hash(text: str) -> str:

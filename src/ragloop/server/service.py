@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ragloop.cli.common import traces_file
-from ragloop.config import Settings
+from ragloop.config import Settings, default_kb_location, kb_traces_file
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError, TraceNotFound
+from ragloop.core.locations import traces_path_for
 from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.observability.events import EventKind, LoopEvent
@@ -32,7 +32,6 @@ from ragloop.observability.traces import (
     TraceRecorder,
     TraceStore,
     trace_meta,
-    traces_path_for,
 )
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
@@ -277,7 +276,7 @@ def traces_location(kb: KnowledgeBase, settings: Settings) -> Path:
         return Path(settings.server.traces).expanduser()
     if kb.path is not None:
         return traces_path_for(kb.path)
-    return traces_file(settings.kb.location)
+    return kb_traces_file(settings.kb.location or default_kb_location(settings))
 
 
 def _lowest(a: float | None, b: float | None) -> Any:
