@@ -23,14 +23,13 @@ from ragloop.components.reformulators import HeuristicReformulator, LLMReformula
 from ragloop.core.calls import has_method
 from ragloop.core.errors import ConfigError, check_options
 from ragloop.core.protocols import ChatModel, Retriever
-from ragloop.core.records import Chunk
+from ragloop.core.records import Chunk, Scope
 from ragloop.engines.agent import AgentLoop
 from ragloop.engines.agent_options import AgentLoopOptions, SearchFn
 from ragloop.engines.rag import LoopConfig, RAGLoop, RAGLoopOptions
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.offline_retrieval import offline_retrieval_loop
 from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever, SearchMode
-from ragloop.retrieval.store import Scope
 
 
 def _retriever(source: Any) -> Retriever:

@@ -35,8 +35,7 @@ import numpy.typing as npt
 from ragloop.components.text import STOPWORDS, content_stems, stem, tokenize
 from ragloop.core.calls import call, has_method, is_async_callable, method, run_sync
 from ragloop.core.protocols import Embedder
-from ragloop.core.records import Chunk
-from ragloop.retrieval.store import Scope
+from ragloop.core.records import Chunk, Scope
 
 SearchFn = Callable[[str, int], list[Chunk]]
 # Below this cosine, two single words embedded by a small sentence model are rarely related.

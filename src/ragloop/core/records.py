@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -189,3 +190,45 @@ _OUTCOMES = {
     StopReason.CALLER_STOP: "caller",
     StopReason.CANCELLED: "caller",
 }
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which chunks a query may see. ``collections=None`` is every collection, ``[]`` none.
+
+    ``filters`` match metadata exactly: a value, or a list of accepted values. Keys are the
+    chunk's metadata keys (``source``, ``title``, ``page``, document metadata, ...).
+    """
+
+    collections: tuple[str, ...] | None = None
+    filters: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(
+        cls, collection: str | Sequence[str] | None = None, filters: dict[str, Any] | None = None
+    ) -> Scope:
+        collections: tuple[str, ...] | None
+        if collection is None:
+            collections = None
+        elif isinstance(collection, str):
+            collections = (collection,)
+        else:
+            collections = tuple(collection)
+        items = tuple(sorted((filters or {}).items(), key=lambda kv: kv[0]))
+        return cls(collections, items)
+
+    @property
+    def empty(self) -> bool:
+        return self.collections is not None and not self.collections
+
+    def accepts(self, collection: str, metadata: dict[str, Any]) -> bool:
+        if self.collections is not None and collection not in self.collections:
+            return False
+        for key, wanted in self.filters:
+            value = metadata.get(key)
+            if isinstance(wanted, list | tuple | set | frozenset):
+                if value not in wanted:
+                    return False
+            elif value != wanted:
+                return False
+        return True

@@ -24,7 +24,7 @@ from ragloop.core.errors import ConfigError, EmbedderUnavailable, StoreError
 from ragloop.core.errors import DenseSearchUnavailable as DenseSearchUnavailable
 from ragloop.core.errors import KnowledgeBaseNotFound as KnowledgeBaseNotFound
 from ragloop.core.protocols import Embedder
-from ragloop.core.records import Chunk
+from ragloop.core.records import Chunk, Scope
 from ragloop.retrieval.chunking import ChunkingConfig
 from ragloop.retrieval.embedders import default_embedder, embed_queries, recorded_embedder
 from ragloop.retrieval.embedders import get_embedder as load_embedder
@@ -52,7 +52,7 @@ from ragloop.retrieval.ingest_run import (
 )
 from ragloop.retrieval.readers import ParsedDocument, markdown_blocks, read_plain_text
 from ragloop.retrieval.sources import name_files, upload_names
-from ragloop.retrieval.store import CollectionInfo, Link, Scope, Store, StoreStats
+from ragloop.retrieval.store import CollectionInfo, Link, Store, StoreStats
 from ragloop.retrieval.store_memory import InMemoryStore
 from ragloop.retrieval.store_sqlite import SQLiteStore
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from ragloop.core.errors import StoreError as StoreError
 from ragloop.core.locations import is_postgres_dsn as is_postgres_dsn
 from ragloop.core.records import Chunk
+from ragloop.core.records import Scope as Scope
 
 BM25_K1 = 1.2
 BM25_B = 0.75
@@ -72,48 +73,6 @@ class ChunkRecord:
     # of its batch, and this chunk's frequencies (``bm25.pack_batch``); a store that indexes
     # terms counts them itself otherwise
     counted_terms: tuple[list[str], bytes] | None = None
-
-
-@dataclass(frozen=True)
-class Scope:
-    """Which chunks a query may see. ``collections=None`` is every collection, ``[]`` none.
-
-    ``filters`` match metadata exactly: a value, or a list of accepted values. Keys are the
-    chunk's metadata keys (``source``, ``title``, ``page``, document metadata, ...).
-    """
-
-    collections: tuple[str, ...] | None = None
-    filters: tuple[tuple[str, Any], ...] = ()
-
-    @classmethod
-    def of(
-        cls, collection: str | Sequence[str] | None = None, filters: dict[str, Any] | None = None
-    ) -> Scope:
-        collections: tuple[str, ...] | None
-        if collection is None:
-            collections = None
-        elif isinstance(collection, str):
-            collections = (collection,)
-        else:
-            collections = tuple(collection)
-        items = tuple(sorted((filters or {}).items(), key=lambda kv: kv[0]))
-        return cls(collections, items)
-
-    @property
-    def empty(self) -> bool:
-        return self.collections is not None and not self.collections
-
-    def accepts(self, collection: str, metadata: dict[str, Any]) -> bool:
-        if self.collections is not None and collection not in self.collections:
-            return False
-        for key, wanted in self.filters:
-            value = metadata.get(key)
-            if isinstance(wanted, list | tuple | set | frozenset):
-                if value not in wanted:
-                    return False
-            elif value != wanted:
-                return False
-        return True
 
 
 class CollectionInfo(BaseModel):

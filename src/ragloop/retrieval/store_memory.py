@@ -14,16 +14,9 @@ from typing import Any
 import numpy as np
 
 from ragloop.core.errors import StoreError
-from ragloop.core.records import Chunk
+from ragloop.core.records import Chunk, Scope
 from ragloop.retrieval.bm25 import BM25Index, Postings, analyze, stems, term_frequencies
-from ragloop.retrieval.store import (
-    ChunkRecord,
-    CollectionInfo,
-    DocumentRecord,
-    Link,
-    Scope,
-    StoreStats,
-)
+from ragloop.retrieval.store import ChunkRecord, CollectionInfo, DocumentRecord, Link, StoreStats
 
 
 @dataclass

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 from ragloop.components.text import tokenize
 from ragloop.core.errors import KnowledgeBaseNotFound, StoreError
-from ragloop.core.records import Chunk
+from ragloop.core.records import Chunk, Scope
 from ragloop.retrieval.bm25 import query_words
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.postgres_schema import (
@@ -63,7 +63,6 @@ from ragloop.retrieval.store import (
     CollectionInfo,
     DocumentRecord,
     Link,
-    Scope,
     StoreStats,
     index_text,
 )

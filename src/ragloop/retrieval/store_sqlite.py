@@ -37,7 +37,7 @@ import numpy.typing as npt
 
 from ragloop.components.text import tokenize
 from ragloop.core.errors import StoreError
-from ragloop.core.records import Chunk
+from ragloop.core.records import Chunk, Scope
 from ragloop.core.sqlite_wal import use_wal
 from ragloop.retrieval import ann, saved_arrays
 from ragloop.retrieval.ann import ApproximateIndex
@@ -59,7 +59,6 @@ from ragloop.retrieval.store import (
     CollectionInfo,
     DocumentRecord,
     Link,
-    Scope,
     StoreStats,
     index_text,
 )
