@@ -42,7 +42,7 @@ import numpy as np
 from bench_retrieval import CACHE
 from datasets import hotpot_pool
 
-from ragloop.components.text import split_sentences
+from ragloop.core.text import split_sentences
 from ragloop.retrieval import ann
 from ragloop.retrieval.embedders import MiniLMEmbedder
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase

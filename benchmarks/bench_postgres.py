@@ -24,7 +24,7 @@ from typing import Any
 
 from datasets import hotpot_pool
 
-from ragloop.components.text import count_tokens, split_sentences
+from ragloop.core.text import count_tokens, split_sentences
 from ragloop.retrieval.bm25 import query_words
 from ragloop.retrieval.fusion import RRF_K
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase

@@ -20,7 +20,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import math
 from collections import Counter
@@ -28,10 +27,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
-from ragloop.components.text import STOPWORDS, tokenize
 from ragloop.core.errors import ComponentError, ScriptExhausted
 from ragloop.core.limits import requested_max_tokens
 from ragloop.core.records import Chunk, Message, ModelResponse, Tool, Usage
+from ragloop.core.text import STOPWORDS, tokenize
+from ragloop.retrieval.hash_embedder import HashEmbedder as HashEmbedder
 
 ReplyFunction = Callable[[list[Message]], "ModelResponse | str | Awaitable[ModelResponse | str]"]
 Reply = Union[ModelResponse, str, BaseException, type[BaseException], ReplyFunction]  # noqa: UP007
@@ -170,41 +170,6 @@ class FunctionModel:
         if inspect.isawaitable(reply):
             reply = await reply
         return _with_usage(_as_response(reply, "FunctionModel function"), self.usage)
-
-
-class HashEmbedder:
-    """A deterministic embedder for tests: words and character trigrams hashed into
-    ``dimension`` signed buckets, L2-normalised. Texts sharing words get similar vectors; the
-    same text gives the same vector in every process."""
-
-    def __init__(self, dimension: int = 256) -> None:
-        if dimension < 8:
-            raise ValueError(f"dimension must be >= 8, got {dimension}")
-        self.dimension = dimension
-        self.model_id = f"hash-{dimension}"
-
-    def _features(self, text: str) -> Iterable[tuple[str, float]]:
-        for word in tokenize(text):
-            yield f"w:{word}", 1.0
-            padded = f"#{word}#"
-            for i in range(len(padded) - 2):
-                yield f"g:{padded[i : i + 3]}", 0.3
-
-    def _vector(self, text: str) -> list[float]:
-        vector = [0.0] * self.dimension
-        for feature, weight in self._features(text):
-            digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
-            bucket = int.from_bytes(digest[:4], "little") % self.dimension
-            sign = 1.0 if digest[4] & 1 else -1.0
-            vector[bucket] += sign * weight
-        norm = math.sqrt(sum(v * v for v in vector))
-        return [v / norm for v in vector] if norm else vector
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        return [self._vector(text) for text in texts]
-
-    async def aembed(self, texts: list[str]) -> list[list[float]]:
-        return self.embed(texts)
 
 
 class InMemoryRetriever:

@@ -14,7 +14,7 @@ from ragloop import (
     ReformulationStrategy,
 )
 from ragloop.components.rewriting import rewrite, tried_queries
-from ragloop.components.text import normalize_query
+from ragloop.core.text import normalize_query
 
 S = ReformulationStrategy
 Q = "What is the refund policy for international orders?"

@@ -14,7 +14,7 @@ import pytest
 
 from ragloop import AgentLoop, KnowledgeBase, RAGLoop, StopReason
 from ragloop.components.citations import UNSURE
-from ragloop.components.text import content_stems
+from ragloop.core.text import content_stems
 
 HANDBOOK = Path(__file__).resolve().parents[1] / "fixtures" / "handbook"
 

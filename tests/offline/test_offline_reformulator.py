@@ -6,7 +6,7 @@ import pytest
 
 from ragloop import EvaluationResult, HeuristicReformulator, LoopIteration, ReformulationStrategy
 from ragloop.components.corpus import chunk_text
-from ragloop.components.text import normalize_query
+from ragloop.core.text import normalize_query
 
 
 def iteration(number, queries, chunks, reason, score=0.4):

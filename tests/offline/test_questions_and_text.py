@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragloop.components.questions import gives_answer_type, profile, question_parts
-from ragloop.components.text import (
+from ragloop.core.text import (
     code_names,
     entity_phrases,
     loose_stems,

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ragloop import AgentLoop, Document, KnowledgeBase, OpenAICompatibleModel, StopReason
-from ragloop.components.text import is_content_word, tokenize
+from ragloop.core.text import is_content_word, tokenize
 from ragloop.providers import override_allow_model_requests
 from ragloop.providers.tools import parse_arguments
 from tests.providers.server import LoopbackServer, Reply

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ragloop.components.text import count_tokens, passage_units
+from ragloop.core.text import count_tokens, passage_units
 from ragloop.retrieval.chunking import ChunkingConfig, chunk_document
 from ragloop.retrieval.readers import Block, ParsedDocument, read_html, read_markdown
 

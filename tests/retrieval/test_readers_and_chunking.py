@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ragloop.components.text import count_tokens
 from ragloop.core.errors import ConfigError
+from ragloop.core.text import count_tokens
 from ragloop.retrieval.chunking import ChunkingConfig, chunk_document, chunk_size
 from ragloop.retrieval.readers import (
     Block,

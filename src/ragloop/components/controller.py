@@ -34,9 +34,9 @@ from ragloop.components.evaluators import HeuristicEvaluator
 from ragloop.components.generators import ExtractiveGenerator
 from ragloop.components.judging import Analysis, AnswerJudge
 from ragloop.components.questions import profile
-from ragloop.components.text import content_stems, normalize_query, stem
 from ragloop.core.rag_records import GeneratorOutput
 from ragloop.core.records import Chunk, Message, ModelResponse, Tool, ToolCall
+from ragloop.core.text import content_stems, normalize_query, stem
 
 _RESULT = re.compile(r"^\d+\. \[([^\]\n]+)\]\n<chunk>(.*?)</chunk>", re.S | re.M)
 MAX_QUERIES_PER_TURN = 3

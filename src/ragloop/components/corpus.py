@@ -32,10 +32,10 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ragloop.components.text import STOPWORDS, content_stems, stem, tokenize
 from ragloop.core.calls import call, has_method, is_async_callable, method, run_sync
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import Chunk, Scope
+from ragloop.core.text import STOPWORDS, content_stems, stem, tokenize
 
 SearchFn = Callable[[str, int], list[Chunk]]
 # Below this cosine, two single words embedded by a small sentence model are rarely related.

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ragloop.components.text import count_tokens
 from ragloop.core.errors import ConfigError
 from ragloop.core.records import Usage
+from ragloop.core.text import count_tokens
 
 STAGES = ("understand", "embed", "retrieve", "rerank")
 
 
 class DefaultCostEstimator:
-    """Per-stage token estimates (:func:`~ragloop.components.text.count_tokens`):
+    """Per-stage token estimates (:func:`~ragloop.core.text.count_tokens`):
 
     - ``understand``: a model call: each input plus ``prompt_overhead_tokens`` of instructions
       in, the outputs (rewrite, parts, HyDE passage) out;

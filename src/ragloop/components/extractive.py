@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 
 from ragloop.components.corpus import Corpus, chunk_context
 from ragloop.components.questions import QuestionProfile, gives_answer_type, profile
-from ragloop.components.text import (
+from ragloop.core.records import Chunk
+from ragloop.core.text import (
     PassageUnit,
     code_names,
     content_stems,
@@ -38,7 +39,6 @@ from ragloop.components.text import (
     stem,
     tokenize,
 )
-from ragloop.core.records import Chunk
 
 # A sentence's score is a logistic function of its features, with and without an embedder;
 # the coefficients are fitted by benchmarks/calibrate_offline.py on HotpotQA questions outside
@@ -133,7 +133,7 @@ def code_name_found(
 
 
 def split_chunks(chunks: Sequence[Chunk], *, with_signatures: bool = False) -> list[Sentence]:
-    """Every unit of the chunks (:func:`~ragloop.components.text.passage_units`), headings
+    """Every unit of the chunks (:func:`~ragloop.core.text.passage_units`), headings
     and fragments without content words left out. ``with_signatures`` (for a question about a
     default value): an API signature with default values that heads a chunk
     (``Fraction.limit_denominator(max_denominator=1000000)``) is a unit too, once."""

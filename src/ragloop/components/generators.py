@@ -34,7 +34,6 @@ from ragloop.components.judging import AnswerJudge, answer_probability
 from ragloop.components.naming import lead_with_name
 from ragloop.components.prompts import fence_chunk, generator_prompt
 from ragloop.components.questions import gives_answer_type, profile
-from ragloop.components.text import content_stems
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, UnitScore, parse_llm_json
@@ -42,6 +41,7 @@ from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import GeneratorOutput
 from ragloop.core.records import Chunk
+from ragloop.core.text import content_stems
 
 
 class ExtractiveGenerator:

@@ -55,7 +55,8 @@ from ragloop.components.questions import (
     is_generic,
     profile,
 )
-from ragloop.components.text import (
+from ragloop.core.records import Chunk
+from ragloop.core.text import (
     code_names,
     content_stems,
     entity_phrases,
@@ -65,7 +66,6 @@ from ragloop.components.text import (
     stem,
     tokenize,
 )
-from ragloop.core.records import Chunk
 
 MANY_TERMS = 12  # a question with this many content terms asks a lot (multi-hop, multi-part)
 RECENT_ANALYSES = 64  # analyses an AnswerJudge keeps (one loop's generator and evaluator share)

@@ -19,8 +19,8 @@ import re
 
 from ragloop.components.extractive import Sentence, is_signature
 from ragloop.components.questions import NAMES_KIND, QuestionProfile, gives_answer_type
-from ragloop.components.text import code_names, tokenize
 from ragloop.core.records import Chunk
+from ragloop.core.text import code_names, tokenize
 
 # "timeit — Measure execution time of small code snippets": a page or section named for a module
 _TITLED_NAME = re.compile(r"^\s*(?:\d+(?:\.\d+)*\.?\s+)?([A-Za-z_][\w.]*)\s+[—–]\s+\S")

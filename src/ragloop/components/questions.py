@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ragloop.components.text import code_names, content_terms, entity_phrases, stem, tokenize
+from ragloop.core.text import code_names, content_terms, entity_phrases, stem, tokenize
 
 # Words that name the kind of information a question wants rather than its subject ("the
 # refund *policy*", "what *happens* when", "the *difference* between"): an answer gives the

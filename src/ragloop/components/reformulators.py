@@ -16,12 +16,12 @@ from ragloop.components.corpus import Corpus
 from ragloop.components.fitting import ask_fitted, estimate_tokens
 from ragloop.components.prompts import reformulator_prompt
 from ragloop.components.rewriting import rewrite, tried_queries
-from ragloop.components.text import normalize_query
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.rag_records import LoopIteration, ReformulationOutput, ReformulationStrategy
+from ragloop.core.text import normalize_query
 
 # ragsnag's table, in its order: the first strategy with a matching keyword wins.
 STRATEGY_KEYWORDS: dict[ReformulationStrategy, tuple[str, ...]] = {

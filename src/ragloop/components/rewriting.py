@@ -46,7 +46,9 @@ from ragloop.components.corpus import (
     useful_term,
 )
 from ragloop.components.questions import CLAUSE_SPLIT, profile
-from ragloop.components.text import (
+from ragloop.core.rag_records import LoopIteration, ReformulationStrategy
+from ragloop.core.records import Chunk
+from ragloop.core.text import (
     QUESTION_WORDS,
     content_terms,
     entity_phrases,
@@ -55,8 +57,6 @@ from ragloop.components.text import (
     stem,
     tokenize,
 )
-from ragloop.core.rag_records import LoopIteration, ReformulationStrategy
-from ragloop.core.records import Chunk
 
 FACETS = ("overview", "definition", "details", "examples", "history", "explanation", "facts")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 from ragloop.components.citations import citation_refs
-from ragloop.components.text import normalize_query
 from ragloop.core.budget import Budget, BudgetTracker, check_budget
 from ragloop.core.calls import (
     GenerateFn,
@@ -50,6 +49,7 @@ from ragloop.core.rag_records import (
     ReformulationOutput,
 )
 from ragloop.core.records import Chunk, StopReason, Usage
+from ragloop.core.text import normalize_query
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry

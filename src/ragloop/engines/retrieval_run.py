@@ -10,7 +10,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ragloop.components.text import normalize_query
 from ragloop.core.budget import Budget, BudgetTracker
 from ragloop.core.calls import call, method
 from ragloop.core.errors import BudgetExceeded, ComponentError, RetrievalLoopError
@@ -23,6 +22,7 @@ from ragloop.core.retrieval_records import (
     RouteDecision,
     UnderstoodQuery,
 )
+from ragloop.core.text import normalize_query
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry

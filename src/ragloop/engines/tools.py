@@ -26,11 +26,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from ragloop.components.prompts import fence
-from ragloop.components.text import normalize_query
 from ragloop.core.calls import call, has_method, method
 from ragloop.core.errors import ComponentError, ConfigError
 from ragloop.core.jsonparse import ParseFailure, validate_llm_object
 from ragloop.core.records import Chunk, Tool
+from ragloop.core.text import normalize_query
 
 SEARCH = "search"
 ANSWER = "answer"

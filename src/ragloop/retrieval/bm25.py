@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ragloop.components.text import STOPWORDS, stem_words, tokenize
+from ragloop.core.text import STOPWORDS, stem_words, tokenize
 from ragloop.retrieval.store import BM25_B, BM25_K1
 
 K1 = BM25_K1

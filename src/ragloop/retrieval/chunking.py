@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ragloop.components.text import split_sentences
 from ragloop.core.errors import ConfigError
+from ragloop.core.text import split_sentences
 from ragloop.retrieval.readers import Block, ParsedDocument
 
 _WORDS = re.compile(r"\S+")

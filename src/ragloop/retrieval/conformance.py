@@ -24,8 +24,8 @@ import pytest
 from ragloop.core.errors import StoreError
 from ragloop.core.protocols import Embedder
 from ragloop.retrieval.fusion import reciprocal_rank_fusion
+from ragloop.retrieval.hash_embedder import HashEmbedder
 from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
-from ragloop.testing import HashEmbedder
 
 CORPUS = {
     "returns.md": (

@@ -33,6 +33,7 @@ import platformdirs
 from ragloop.core.errors import ConfigError
 from ragloop.core.errors import EmbedderUnavailable as EmbedderUnavailable
 from ragloop.core.protocols import Embedder
+from ragloop.retrieval.hash_embedder import HashEmbedder
 from ragloop.retrieval.onnx_int8 import cached_int8_model
 
 logger = logging.getLogger("ragloop")
@@ -268,16 +269,10 @@ class E5Embedder:
         return self._encode(texts, True)
 
 
-def _hash_embedder() -> Embedder:
-    from ragloop.testing import HashEmbedder
-
-    return HashEmbedder()
-
-
 EMBEDDERS: dict[str, Callable[[], Any]] = {
     "minilm": MiniLMEmbedder,
     "e5": E5Embedder,
-    "hash": _hash_embedder,
+    "hash": HashEmbedder,
 }
 MODEL_IDS = {
     MiniLMEmbedder.model_id: "minilm",
@@ -302,8 +297,6 @@ def get_embedder(name: str, **options: Any) -> Embedder:
         return remote_embedder(name, **options)
     key = MODEL_IDS.get(name, name)
     if key.startswith("hash-"):
-        from ragloop.testing import HashEmbedder
-
         return HashEmbedder(int(key.split("-", 1)[1]))
     if key not in EMBEDDERS:
         raise ConfigError("embedder", f"unknown embedder {name!r}; choose from {sorted(EMBEDDERS)}")

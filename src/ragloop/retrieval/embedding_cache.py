@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from ragloop.components.text import content_terms
 from ragloop.core.errors import ConfigError
+from ragloop.core.text import content_terms
 
 if TYPE_CHECKING:  # built on first use: a knowledge base holds a cache, a CLI search never asks
     from ragloop.core.retrieval_records import CacheStats

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ragloop.components.text import STOPWORDS
+from ragloop.core.text import STOPWORDS
 from ragloop.retrieval.store import Link, Store
 
 GENERIC_NAMES = frozenset(

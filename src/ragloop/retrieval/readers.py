@@ -88,7 +88,7 @@ def _table_cells(line: str) -> list[str]:
 def table_header(cells: list[str]) -> str:
     """A table's header as the readers write it: its cells joined by `` | `` over a markdown
     rule (``Level | Watts`` then ``--- | ---``). The rule is what tells a reader of the chunk
-    text (:func:`ragloop.components.text.passage_units`) that the first row is a header; a
+    text (:func:`ragloop.core.text.passage_units`) that the first row is a header; a
     table written without one has none."""
     return " | ".join(cells) + "\n" + " | ".join("---" for _ in cells)
 

@@ -34,9 +34,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from ragloop.components.text import tokenize
 from ragloop.core.errors import KnowledgeBaseNotFound, StoreError
 from ragloop.core.records import Chunk, Scope
+from ragloop.core.text import tokenize
 from ragloop.retrieval.bm25 import query_words
 from ragloop.retrieval.knowledge_base import KnowledgeBase
 from ragloop.retrieval.postgres_schema import (

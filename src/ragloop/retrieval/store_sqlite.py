@@ -35,10 +35,10 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from ragloop.components.text import tokenize
 from ragloop.core.errors import StoreError
 from ragloop.core.records import Chunk, Scope
 from ragloop.core.sqlite_wal import use_wal
+from ragloop.core.text import tokenize
 from ragloop.retrieval import ann, saved_arrays
 from ragloop.retrieval.ann import ApproximateIndex
 from ragloop.retrieval.bm25 import (

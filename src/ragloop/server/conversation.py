@@ -19,10 +19,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from ragloop.components.prompts import DATA_RULE, fence
-from ragloop.components.text import content_terms, entity_phrases, is_content_word
 from ragloop.core.calls import ask
 from ragloop.core.jsonparse import ParseFailure, parse_llm_json
 from ragloop.core.records import Usage
+from ragloop.core.text import content_terms, entity_phrases, is_content_word
 
 HISTORY_TURNS = 6  # the messages before the follow-up the model reads
 PRONOUNS = {"it": "", "its": "'s", "they": "", "them": "", "their": "'s"}

@@ -1,4 +1,5 @@
-"""Small text utilities shared by the LLM-free components: tokens, stopwords, entities."""
+"""The text primitives every layer uses: tokens, stems, stopwords, entities, sentences and the
+units of a passage (prose, table rows, code), token counts."""
 
 from __future__ import annotations
 
