@@ -62,6 +62,11 @@ THRESHOLDS = (0.5, 0.55, 0.6)  # where the replayed loop's figures are shown
 KINDS = ("fact", "paraphrase", "multi", "unanswerable")
 
 
+def chance(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The fitted logistic model's probability for each row of ``x``."""
+    return 1 / (1 + np.exp(-(x @ w)))
+
+
 def fit_logistic(
     x: np.ndarray,
     y: np.ndarray,
@@ -74,7 +79,7 @@ def fit_logistic(
     s = np.ones(len(y)) if weights is None else weights
     w = np.zeros(x.shape[1])
     for _ in range(steps):
-        p = 1 / (1 + np.exp(-(x @ w)))
+        p = chance(x, w)
         grad = x.T @ (s * (p - y)) + l2 * w
         hess = x.T @ (x * (s * p * (1 - p))[:, None]) + l2 * np.eye(x.shape[1])
         w -= np.linalg.solve(hess, grad)
@@ -190,19 +195,19 @@ def pydocs_loop_data() -> dict[str, np.ndarray]:
     }
 
 
-def replayed(chance: np.ndarray, loop: dict[str, np.ndarray], threshold: float) -> str:
+def replayed(scores: np.ndarray, loop: dict[str, np.ndarray], threshold: float) -> str:
     """RAGLoop's stop rule replayed over the recorded iterations: the first answer the judge
     scores at least ``threshold`` is given, confident; else the best one, not confident."""
-    chance = np.where(loop["cap"] > 0, np.minimum(chance, UNFINISHED_AT_MOST), chance)
+    scores = np.where(loop["cap"] > 0, np.minimum(scores, UNFINISHED_AT_MOST), scores)
     kinds = [KINDS[k] for k in loop["kinds"]]
     confident, right = np.zeros(len(kinds), bool), np.zeros(len(kinds), bool)
     for q in range(len(kinds)):
         rows = np.flatnonzero(loop["g"] == q)
         if not len(rows):
             continue
-        over = rows[chance[rows] >= threshold]
+        over = rows[scores[rows] >= threshold]
         confident[q] = len(over) > 0
-        chosen = over[0] if len(over) else rows[np.argmax(chance[rows])]
+        chosen = over[0] if len(over) else rows[np.argmax(scores[rows])]
         right[q] = bool(loop["y"][chosen])
     answerable = np.array([k != "unanswerable" for k in kinds])
     paraphrase = np.array([k == "paraphrase" for k in kinds])
@@ -216,15 +221,25 @@ def replayed(chance: np.ndarray, loop: dict[str, np.ndarray], threshold: float) 
     )
 
 
-def joint_fit(
-    x: list[np.ndarray], y: list[np.ndarray], shares: list[float], signs: list[int]
+def fit_beside(
+    x: np.ndarray, y: np.ndarray, others: list[tuple[np.ndarray, np.ndarray]], signs: list[int]
 ) -> np.ndarray:
-    """:func:`fit_signed` over several sets at once, each weighing its share of the whole."""
-    total = sum(len(part) for part in y)
+    """:func:`fit_signed` over the pydocs loop answers (``x``, ``y``) and ``others`` at once:
+    the pydocs answers weigh :data:`PYDOCS_SHARE` of the whole, the other sets the rest in
+    equal parts."""
+    parts = [(x, y), *others]
+    shares = [PYDOCS_SHARE, *((1 - PYDOCS_SHARE) / len(others) for _ in others)]
+    total = sum(len(labels) for _, labels in parts)
     weights = [
-        np.full(len(part), share * total / len(part)) for part, share in zip(y, shares, strict=True)
+        np.full(len(labels), share * total / len(labels))
+        for (_, labels), share in zip(parts, shares, strict=True)
     ]
-    return fit_signed(np.vstack(x), np.concatenate(y), signs, weights=np.concatenate(weights))
+    return fit_signed(
+        np.vstack([rows for rows, _ in parts]),
+        np.concatenate([labels for _, labels in parts]),
+        signs,
+        weights=np.concatenate(weights),
+    )
 
 
 def cross_validated(
@@ -236,18 +251,12 @@ def cross_validated(
     """The judge's chance of each pydocs loop answer, from a fit without its question's fold
     (5 folds of questions) and with all of ``others``."""
     questions = np.random.default_rng(seed).permutation(len(loop["kinds"]))
-    chance = np.zeros(len(loop["y"]))
-    share = (1 - PYDOCS_SHARE) / len(others)
+    out = np.zeros(len(loop["y"]))
     for fold in np.array_split(questions, 5):
         held = np.isin(loop["g"], fold)
-        w = joint_fit(
-            [loop["x"][~held], *(x for x, _ in others)],
-            [loop["y"][~held], *(y for _, y in others)],
-            [PYDOCS_SHARE, *(share for _ in others)],
-            signs,
-        )
-        chance[held] = 1 / (1 + np.exp(-(loop["x"][held] @ w)))
-    return chance
+        w = fit_beside(loop["x"][~held], loop["y"][~held], others, signs)
+        out[held] = chance(loop["x"][held], w)
+    return out
 
 
 def reliability(p: np.ndarray, y: np.ndarray) -> list[str]:
@@ -381,9 +390,13 @@ def fit_sentences(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> 
         target.update(fitted)  # the answers below are picked with the fitted scorer
 
 
-def fit_answers(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> None:
+def fit_answers(
+    sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]],
+    loop: dict[str, np.ndarray] | None = None,
+) -> None:
     """The answer judge, with an embedder (``ANSWER_COEFFICIENTS``) and without
-    (``ANSWER_LEXICAL``: no similarity, no words said in other words)."""
+    (``ANSWER_LEXICAL``: no similarity, no words said in other words); with ``loop`` (the
+    pydocs loop answers, ``--pydocs``) also the fit beside them."""
     for embedded, name in ((True, "ANSWER_COEFFICIENTS"), (False, "ANSWER_LEXICAL")):
         parts = {
             key: cached(
@@ -402,44 +415,39 @@ def fit_answers(sets: dict[str, tuple[KnowledgeBase, list[EvalQuestion]]]) -> No
         print(f"{name} = {coefficients(features, w)}")
         for key, part in parts.items():
             print(f"\n{key}: {len(part['y'])} answers")
-            chance = 1 / (1 + np.exp(-(part["x"][:, columns] @ w)))
-            print("\n".join(reliability(chance, part["y"])))
-        if embedded and "--pydocs" in sys.argv:
-            fit_with_pydocs([(part["x"], part["y"]) for part in parts.values()], signs)
+            print("\n".join(reliability(chance(part["x"][:, columns], w), part["y"])))
+        if embedded and loop is not None:
+            fit_with_pydocs(loop, [(part["x"], part["y"]) for part in parts.values()], signs)
 
 
-def fit_with_pydocs(others: list[tuple[np.ndarray, np.ndarray]], signs: list[int]) -> None:
-    """The judge with an embedder fitted on the pydocs loop answers too (``--pydocs``), and
-    RAGLoop.offline replayed on them under the shipped judge and under that fit."""
-    loop = cached("pydocs-loop", pydocs_loop_data)
-    share = (1 - PYDOCS_SHARE) / len(others)
-    w = joint_fit(
-        [loop["x"], *(x for x, _ in others)],
-        [loop["y"], *(y for _, y in others)],
-        [PYDOCS_SHARE, *(share for _ in others)],
-        signs,
-    )
+def fit_with_pydocs(
+    loop: dict[str, np.ndarray], others: list[tuple[np.ndarray, np.ndarray]], signs: list[int]
+) -> None:
+    """The judge with an embedder fitted on the pydocs loop answers too, and RAGLoop.offline
+    replayed on them under the shipped judge and under that fit."""
+    w = fit_beside(loop["x"], loop["y"], others, signs)
     print(f"\nwith the pydocs loop answers: {coefficients(ANSWER_FEATURES, w)}")
     for x, y in others:
-        print("\n".join(reliability(1 / (1 + np.exp(-(x @ w))), y)))
+        print("\n".join(reliability(chance(x, w), y)))
     shipped = np.array([judging.ANSWER_COEFFICIENTS[k] for k in ("bias", *ANSWER_FEATURES)])
-    today = 1 / (1 + np.exp(-(loop["x"] @ shipped)))
-    chance = 1 / (1 + np.exp(-(loop["x"] @ w)))
+    today, fitted = chance(loop["x"], shipped), chance(loop["x"], w)
     print(f"\npydocs loop: {len(loop['y'])} answers, {loop['y'].mean():.3f} right")
-    print("\n".join(reliability(chance, loop["y"])))
+    print("\n".join(reliability(fitted, loop["y"])))
     folds = [cross_validated(loop, others, signs, seed) for seed in range(3)]
     for threshold in THRESHOLDS:
         print(f"\nRAGLoop.offline replayed at {threshold}:")
         print(f"  shipped judge:   {replayed(today, loop, threshold)}")
-        print(f"  fitted on all:   {replayed(chance, loop, threshold)}")
+        print(f"  fitted on all:   {replayed(fitted, loop, threshold)}")
         for seed, held_out in enumerate(folds):
             print(f"  cross-val (#{seed}): {replayed(held_out, loop, threshold)}")
 
 
 def main() -> None:
     sets = calibration_sets()
+    # the loop's answers as it gives them today: recorded before the sentence scorer is refitted
+    loop = cached("pydocs-loop", pydocs_loop_data) if "--pydocs" in sys.argv else None
     fit_sentences(sets)
-    fit_answers(sets)
+    fit_answers(sets, loop)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The floors of the house (../shared/ARCHITECTURE.md, AGENTS.md): a module imports only from its
+"""The floors of the house (AGENTS.md, "Layers"): a module imports only from its
 own floor or the floors below, at module level, inside functions and under TYPE_CHECKING alike.
 
 The imports that still climb are listed in ``STILL_CLIMBING``, each to be removed by the step of
@@ -12,7 +12,7 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-FLOORS = {  # the first matching prefix decides; a higher number is a higher floor
+FLOORS = {  # a module's floor is that of its entry or of the package it is in; higher is above
     "ragloop.core": 1,
     "ragloop.config": 2,
     "ragloop.components": 3,

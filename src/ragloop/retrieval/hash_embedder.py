@@ -7,6 +7,7 @@ import hashlib
 import math
 from collections.abc import Iterable
 
+from ragloop.core.errors import ConfigError
 from ragloop.core.text import tokenize
 
 
@@ -19,7 +20,7 @@ class HashEmbedder:
 
     def __init__(self, dimension: int = 256) -> None:
         if dimension < 8:
-            raise ValueError(f"dimension must be >= 8, got {dimension}")
+            raise ConfigError("dimension", f"must be >= 8, got {dimension!r}")
         self.dimension = dimension
         self.model_id = f"hash-{dimension}"
 
