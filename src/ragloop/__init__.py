@@ -102,8 +102,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "ragloop.engines.agent": ("AgentLoop",),
     "ragloop.engines.grounding": ("aground", "ground"),
-    "ragloop.engines.rag": ("LoopConfig", "RAGLoop"),
-    "ragloop.engines.retrieval": ("RetrievalLoop", "RetrievalLoopConfig"),
+    "ragloop.engines.options": ("LoopConfig", "RetrievalLoopConfig"),
+    "ragloop.engines.rag": ("RAGLoop",),
+    "ragloop.engines.retrieval": ("RetrievalLoop",),
     "ragloop.observability": ("EventKind", "LoopEvent", "listen", "set_trace_content"),
     "ragloop.observability.traces": ("TraceRecord", "TraceRecorder", "TraceStore"),
     "ragloop.providers": (
@@ -285,14 +286,12 @@ if _typing.TYPE_CHECKING:
         aground,
         ground,
     )
-    from ragloop.engines.rag import (
+    from ragloop.engines.options import (
         LoopConfig,
-        RAGLoop,
-    )
-    from ragloop.engines.retrieval import (
-        RetrievalLoop,
         RetrievalLoopConfig,
     )
+    from ragloop.engines.rag import RAGLoop
+    from ragloop.engines.retrieval import RetrievalLoop
     from ragloop.observability import (
         EventKind,
         LoopEvent,

@@ -27,9 +27,7 @@ from ragloop import (
     StopReason,
 )
 from ragloop.core.limits import LLMCall
-from ragloop.engines.agent_options import AgentLoopOptions
-from ragloop.engines.rag import RAGLoopOptions
-from ragloop.engines.retrieval import RetrievalLoopOptions
+from ragloop.engines.options import AgentLoopOptions, RAGLoopOptions, RetrievalLoopOptions
 from ragloop.testing import HashEmbedder, InMemoryRetriever
 
 Q = "How long does a refund take?"

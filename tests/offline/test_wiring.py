@@ -88,8 +88,11 @@ def test_agent_loop_offline_and_with_a_model(shop_kb):
 
 def test_the_engines_do_not_import_the_wiring_until_asked():
     code = (
-        "import sys, ragloop.engines.rag, ragloop.engines.agent, ragloop;"
-        "assert 'ragloop.offline' not in sys.modules, 'imported'"
+        "import sys, ragloop.engines.rag, ragloop.engines.agent, ragloop.engines.retrieval;"
+        "wiring = ('ragloop.engines.defaults', 'ragloop.offline',"
+        " 'ragloop.retrieval.knowledge_base', 'ragloop.components.evaluators');"
+        "loaded = [m for m in sys.modules if m.startswith(wiring)];"
+        "assert not loaded, loaded"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -31,57 +31,66 @@ after a controller error a fallback synthesis by a *different* model (answerer o
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Unpack
 
-from ragloop.components.citations import citation_refs
-from ragloop.components.fitting import complete_fitted
-from ragloop.components.prompts import agent_answer_prompt, agent_synthesis_prompt
-from ragloop.core.agent_records import AgentResult, ToolHistoryEntry
-from ragloop.core.budget import Budget, BudgetTracker, check_budget
-from ragloop.core.calls import (
-    ChatFn,
-    call,
-    is_chat_model,
-    run_sync,
-    sync_calls_in_threads,
-)
-from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
-from ragloop.core.limits import check_max_tokens, with_llm_calls
+from ragloop.components.prompts import agent_system_prompt
+from ragloop.core.agent_records import AgentResult
+from ragloop.core.budget import Budget, check_budget
+from ragloop.core.calls import ChatFn, call, is_chat_model
+from ragloop.core.errors import ConfigError
+from ragloop.core.limits import check_max_tokens
 from ragloop.core.protocols import ChatModel, Retriever
-from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
-from ragloop.engines.agent_options import (
-    AgentLoopOptions,
-    SearchFn,
-    Synthesizer,
-    SystemPromptFn,
-    default_system_prompt,
-    renamed_question,
-    system_prompt_text,
-)
+from ragloop.core.records import Tool
+from ragloop.engines._run import Engine
+from ragloop.engines.agent_run import AgentRun
 from ragloop.engines.grounding import aground, ground
-from ragloop.engines.tools import (
-    ANSWER,
-    GIVE_UP,
-    SEARCH,
-    SHOWN_PER_SEARCH,
-    CollectionScope,
-    SearchBackend,
-    SearchRequest,
-    builtin_tools,
-    format_results,
-    search_request,
-    tool_set,
-)
-from ragloop.observability import otel
-from ragloop.observability.events import EventKind, chunk_refs
+from ragloop.engines.options import AgentLoopOptions, SearchFn, Synthesizer, SystemPromptFn
+from ragloop.engines.tools import CollectionScope, SearchBackend, builtin_tools, tool_set
 from ragloop.observability.run import RunTelemetry
-from ragloop.observability.stream import RunStream, stream_run
 
-logger = logging.getLogger("ragloop")
+__all__ = ["AgentLoop", "AgentLoopOptions", "default_system_prompt"]
+
+# -- the system prompt and the old argument names -----------------------------------------------
+
+
+def default_system_prompt(options: Mapping[str, Any]) -> str:
+    """The default system prompt, written from the options a ``system_prompt`` function is given
+    (``AgentLoop.prompt_options``); a custom function may start from it."""
+    return agent_system_prompt(
+        tools=options["tools"],
+        collections=options["collections"],
+        max_iterations=options["max_iterations"],
+        max_tool_calls_per_turn=options["max_tool_calls_per_turn"],
+        budget=options["budget"],
+    )
+
+
+async def system_prompt_text(prompt: str | SystemPromptFn, options: dict[str, Any]) -> str:
+    """The text of a run's system prompt: ``prompt`` itself, or what it writes from
+    ``options``."""
+    if isinstance(prompt, str):
+        return prompt
+    text = await call(prompt, options)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("system_prompt", f"the function returned {text!r}; expected text")
+    return text
+
+
+def renamed_question(query: str | None, question: str | None) -> str:
+    """The query of ``run(query)``, also accepted as ``question=`` (its old name, deprecated)."""
+    if question is None:
+        return query  # type: ignore[return-value]  # check_query refuses None
+    if query is not None:
+        raise TypeError("give the question once, as query (question= is its old name)")
+    warnings.warn(
+        "AgentLoop.run(question=...) is deprecated; the argument is query, as on every engine",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return question
+
 
 # -- the loop -----------------------------------------------------------------------------------
 
@@ -112,7 +121,7 @@ def _chat(value: object, name: str) -> ChatModel | ChatFn:
     return value  # type: ignore[return-value]
 
 
-class AgentLoop:
+class AgentLoop(Engine[AgentResult, None]):
     """The agentic tool loop. See the module docstring for its rules and ``docs/agent-loop.md``
     for a guide. A loop holds no per-run state: one instance may serve concurrent runs.
 
@@ -182,15 +191,26 @@ class AgentLoop:
 
     @classmethod
     def offline(cls, kb_or_retriever: Any, **options: Unpack[AgentLoopOptions]) -> AgentLoop:
-        """An agent loop that needs no model, over a :class:`~ragloop.KnowledgeBase` or a
-        retriever: :class:`~ragloop.OfflineController` drives it. ``options``
-        (:class:`AgentLoopOptions`) are ``AgentLoop``'s (``max_iterations=``,
-        ``collections=``, ...) and ``model=``. See :func:`ragloop.offline.agent_loop`."""
-        # The wiring lives in ragloop.offline, a floor above the engines; importing it here,
-        # at call time, keeps this module depending on protocols only.
-        from ragloop.offline import agent_loop
+        """An agent loop over a :class:`~ragloop.KnowledgeBase` or a retriever that needs no
+        model: :class:`~ragloop.OfflineController` drives it and, over a knowledge base, each
+        search runs :meth:`RetrievalLoop.offline <ragloop.RetrievalLoop.offline>` (a
+        :class:`~ragloop.engines.loop_search.LinkedSearch`); with ``model=`` the model drives
+        and searches the knowledge base directly. ``options``
+        (:class:`~ragloop.engines.options.AgentLoopOptions`) are ``AgentLoop``'s
+        (``max_iterations=``, ``collections=``, ``budget=``, ...) and ``model=``; an unknown
+        name is a :class:`~ragloop.ConfigError`. The parts are chosen in
+        :mod:`ragloop.engines.defaults.agent`."""
+        # imported when asked: the defaults bring the knowledge base and the components,
+        # which a loop built from the caller's own parts never needs
+        from ragloop.engines.defaults.agent import agent_parts
 
-        return agent_loop(kb_or_retriever, **options)
+        parts = agent_parts(kb_or_retriever, **options)
+        search = parts.search
+        if parts.retrieval_loop_over is not None:
+            from ragloop.engines.loop_search import LinkedSearch
+
+            search = LinkedSearch(parts.retrieval_loop_over)
+        return cls(parts.controller, search, **parts.settings)
 
     @staticmethod
     def default_tools(collections: str | Sequence[str] | None = None) -> list[Tool]:
@@ -232,449 +252,27 @@ class AgentLoop:
         """Run the loop to an answer, a give-up or a stop. Never raises for a failing model or
         tool; sync components run inline. ``budget`` replaces the loop's for this run;
         ``question=`` is the old name of ``query`` (deprecated)."""
-        query = renamed_question(query, question)
-        return run_sync(lambda: self._run(query, budget, in_threads=False))
+        return super().run(renamed_question(query, question), budget=budget)
 
     async def arun(
         self, query: str | None = None, *, budget: Budget | None = None, question: str | None = None
     ) -> AgentResult:
         """Async :meth:`run`: sync components run in worker threads, and the searches of one
         turn run concurrently."""
-        return await self._run(renamed_question(query, question), budget, in_threads=True)
+        return await super().arun(renamed_question(query, question), budget=budget)
 
-    def astream(self, query: str, *, budget: Budget | None = None) -> RunStream[AgentResult]:
-        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
-        each search and the chunks it returned, each tool call and controller turn, the answer,
-        then ``run_finished``; the result is the stream's ``result``. Closing the stream early
-        cancels the run. See ``docs/streaming.md``."""
-        return stream_run(lambda: self._run(query, budget, in_threads=True))
-
-    async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> AgentResult:
-        check_query(query)
-        check_budget(budget)
+    async def _start(self, query: str, budget: Budget | None, given: None) -> AgentRun:
         budget = self.budget if budget is None else budget
         telemetry = RunTelemetry("agent", span_kind="AGENT", tools=self.tools)
         # the default prompt mentions the budget: a run with its own gets its own prompt
-        given = default_system_prompt if self._default_prompt else self.system_prompt
-        prompt = await system_prompt_text(given, self.prompt_options(budget, query))
-        run = _AgentRun(self, query, telemetry, budget, prompt)
-        started = telemetry.active(
-            attributes={
-                "max_iterations": self.max_iterations,
-                "tool_count": len(self.tools),
-                "chunk_cap": self.chunk_cap,
-                "collections": self.collections,
-            },
-            content={"question": query},
-        )
-        with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            return await with_llm_calls(run.execute())
+        prompt = default_system_prompt if self._default_prompt else self.system_prompt
+        text = await system_prompt_text(prompt, self.prompt_options(budget, query))
+        return AgentRun(self, query, telemetry, budget, text)
 
-
-@dataclass
-class _Step:
-    """One tool call of a turn: what to run, and what came of it."""
-
-    call: ToolCall
-    summary: str = ""
-    request: SearchRequest | None = None
-    tool: Tool | None = None
-    ends: StopReason | None = None
-    text: str = ""
-    chunks: list[Chunk] = field(default_factory=list)
-    failed: bool = False
-
-
-class _AgentRun:
-    """The state of one run: conversation, history, gathered chunks, budget tracker."""
-
-    def __init__(
-        self,
-        loop: AgentLoop,
-        question: str,
-        telemetry: RunTelemetry,
-        budget: Budget | None,
-        system_prompt: str,
-    ) -> None:
-        self.loop = loop
-        self.question = question
-        self.telemetry = telemetry
-        self.tracker = BudgetTracker(budget)
-        self.offered = {tool.name for tool in loop.tools}
-        self.messages = [
-            Message(role="system", content=system_prompt),
-            Message(role="user", content=question),
-        ]
-        self.history: list[ToolHistoryEntry] = []
-        self.iterations = 0
-        self.answer: str | None = None
-        self.error: str | None = None
-        self.searched: dict[tuple[str, str | None], int] = {}  # search key -> turn
-        self.found: dict[str, Chunk] = {}  # gathered, capped
-        self.rank: dict[str, tuple[int, int]] = {}  # id -> (best rank, discovery order)
-        self.discovered = 0
-        self.shown: dict[str, Chunk] = {}  # every chunk shown, first-shown order
-        self.turn = 0  # the turn in progress
-
-    async def execute(self) -> AgentResult:
-        reason = await self._turns()
-        if self.loop.fallback_synthesis and self.found and self._may_synthesize(reason):
-            await self._synthesize()
-        chunks = sorted(self.found.values(), key=lambda c: self.rank[c.id])
-        citations = citation_refs(self.answer, [*self.shown.values(), *chunks])
-        if self.answer:
-            self.telemetry.event(
-                EventKind.ANSWER,
-                iteration=self.turn,
-                attributes={"citations": citations, "final": True},
-                content={"text": self.answer},
-            )
-        result = AgentResult(
-            query=self.question,
-            answer=self.answer,
-            stop_reason=reason,
-            iterations=self.iterations,
-            tool_history=self.history,
-            chunks=chunks,
-            shown_chunks=list(self.shown.values()),
-            error=self.error,
-            messages=self.messages,
-            budget_used=self.tracker.spend,
-            usage=self.tracker.usage,
-            run_id=self.telemetry.run_id,
-        )
-        self.telemetry.finish(
-            stop_reason=reason,
-            iterations=self.iterations,
-            budget_used=result.budget_used,
-            chunk_count=len(chunks),
-            error=self.error,
-            attributes={"citations": citations},
-            content={"answer": self.answer},
-        )
-        return result
-
-    # -- turns ----------------------------------------------------------------------------------
-    async def _turns(self) -> StopReason:
-        loop = self.loop
-        while True:
-            if self.iterations >= loop.max_iterations:
-                return StopReason.MAX_ITERATIONS
-            spent = self.tracker.exhausted(starting_iteration=True)
-            if spent is not None:
-                return spent
-            turn = self.iterations
-            self.turn = turn
-            self.iterations += 1
-            self.tracker.count_iteration()
-            try:
-                response = await self.tracker.bounded(
-                    self._complete(loop.controller, self.messages, loop.tools, "controller")
-                )
-            except BudgetExceeded as stop:
-                return stop.reason
-            except Exception as error:
-                self.telemetry.failed(error)
-                self.error = f"controller failed in turn {turn}: {type(error).__name__}: {error}"
-                self._turn_event(turn, None)
-                return StopReason.ERROR
-            # only the first max_tool_calls_per_turn calls run, and only they go back to the
-            # model: a reply with thousands of calls must not grow every later request
-            cap = loop.max_tool_calls_per_turn
-            calls, ignored = response.tool_calls[:cap], max(0, len(response.tool_calls) - cap)
-            self.messages.append(Message(role="assistant", content=response.text, tool_calls=calls))
-            if not calls:
-                self._turn_event(turn, response)
-                if response.text.strip():
-                    self.answer = response.text
-                    return StopReason.ANSWERED
-                self.error = f"controller reply in turn {turn} had neither text nor tool calls"
-                return StopReason.ERROR
-            ended = await self._tools(turn, calls)
-            if ignored:
-                note = f"{ignored} tool calls over the cap of {cap} were ignored."
-                self.messages.append(Message(role="user", content=note))
-            self._turn_event(turn, response, calls=calls, ignored=ignored)
-            if ended is not None:
-                return ended
-
-    async def _tools(self, turn: int, calls: list[ToolCall]) -> StopReason | None:
-        """Run one turn's tool calls; the stop reason if they end the run."""
-        steps: list[_Step] = []
-        ending: _Step | None = None
-        keys: set[tuple[str, str | None]] = set()
-        for tool_call in calls:  # at most max_tool_calls_per_turn: the rest were dropped
-            step = _Step(tool_call)
-            if ending is not None:
-                step.summary = f"Not run: the {ending.call.name} call before it ended the loop."
-            else:
-                self._plan(step, keys)
-                ending = step if step.ends is not None else None
-            steps.append(step)
-        pending = [s for s in steps if s.request is not None or s.tool is not None]
-        if pending:
-            spent = self.tracker.exhausted()
-            if spent is not None:
-                return spent
-            searches = [s for s in pending if s.request is not None]
-            outcomes = await asyncio.gather(
-                *(self._execute(s) for s in searches), return_exceptions=True
-            )
-            for outcome in outcomes:
-                if isinstance(outcome, BudgetExceeded):
-                    return outcome.reason
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            for step in pending:
-                if step.tool is not None:
-                    try:
-                        await self._execute(step)
-                    except BudgetExceeded as stop:
-                        return stop.reason
-        for step in steps:
-            self._record(turn, step)
-        if ending is None:
-            return None
-        self.answer = ending.text
-        if ending.ends is StopReason.ANSWERED and self.loop.answerer is not None:
-            await self._rewrite(self.loop.answerer)
-        return ending.ends
-
-    def _plan(self, step: _Step, keys: set[tuple[str, str | None]]) -> None:
-        name, args = step.call.name, step.call.arguments
-        if name not in self.offered:
-            step.failed, step.summary = True, f"Unknown tool: {name}"
-        elif name == ANSWER:
-            text = args.get("text")
-            if isinstance(text, str) and text.strip():
-                step.ends, step.text, step.summary = StopReason.ANSWERED, text, "Answered."
-            else:
-                step.failed, step.summary = True, "answer error: missing text argument"
-        elif name == GIVE_UP:
-            reason = args.get("reason")
-            why = reason.strip() if isinstance(reason, str) else ""
-            why = why or "no reason given"
-            step.ends, step.text = StopReason.GAVE_UP, f"Could not answer: {why}"
-            step.summary = f"Gave up: {step.text}"
-        elif name == SEARCH:
-            request = search_request(args, self.loop.scope)
-            if isinstance(request, str):
-                step.failed, step.summary = True, request
-            elif request.key in self.searched or request.key in keys:
-                turn = self.searched.get(request.key)
-                when = f"in turn {turn}" if turn is not None else "earlier in this turn"
-                step.summary = (
-                    f'Already searched "{request.query}" {when}; its results are above. '
-                    "Search for something else, or answer."
-                )
-            else:
-                keys.add(request.key)
-                step.request = request
-        else:
-            step.tool = self.loop.custom_tools[name]
-
-    async def _execute(self, step: _Step) -> None:
-        """Run a search or a custom tool; any failure but a budget stop becomes its summary."""
-        with self.telemetry.tool(step.call.name, step.call.id, step.call.arguments) as span:
-            try:
-                if step.request is not None:
-                    step.chunks = await self.tracker.bounded(self._search(step.request))
-                    step.summary = format_results(step.chunks)
-                else:
-                    step.summary = await self.tracker.bounded(self._custom(step))
-            except BudgetExceeded:
-                raise
-            except Exception as error:
-                prefix = "search error" if step.request is not None else "Tool error"
-                step.failed, step.summary = True, f"{prefix}: {type(error).__name__}: {error}"
-            span.set(otel.tool_result(step.summary))
-            if step.failed:
-                span.fail(step.summary)
-
-    async def _search(self, request: SearchRequest) -> list[Chunk]:
-        with self.telemetry.retrieval(
-            request.query, top_k=request.limit, data_source=request.target.label
-        ) as span:
-            chunks = await self.loop.backend(request)
-            span.set(otel.retrieved(chunks))
-        self.telemetry.event(
-            EventKind.SEARCH,
-            iteration=self.turn,
-            attributes={
-                "top_k": request.limit,
-                "route": None,
-                "collection": request.target.label,
-                "chunks": chunk_refs(chunks),
-            },
-            content={"query": request.query},
-        )
-        return chunks
-
-    async def _custom(self, step: _Step) -> str:
-        assert step.tool is not None
-        assert step.tool.callback is not None
-        out = await call(step.tool.callback, dict(step.call.arguments))
-        if not isinstance(out, str):
-            step.failed = True
-            return f"Tool returned unexpected value: {out!r:.200}"
-        return out
-
-    def _record(self, turn: int, step: _Step) -> None:
-        if step.request is not None and not step.failed:
-            self.searched[step.request.key] = turn
-            self._gather(step.chunks)
-        self.messages.append(Message(role="tool", content=step.summary, tool_call_id=step.call.id))
-        self._add_entry(
-            ToolHistoryEntry(
-                tool=step.call.name,
-                args=dict(step.call.arguments),
-                iteration=turn,
-                summary=step.summary,
-                returned_chunk_ids=[c.id for c in step.chunks],
-                call_id=step.call.id,
-            ),
-            failed=step.failed,
-            shown=step.chunks[:SHOWN_PER_SEARCH],
-        )
-
-    def _gather(self, chunks: list[Chunk]) -> None:
-        """Add one search's chunks; keep the ``chunk_cap`` best-ranked (rank within their
-        search, then discovery order), since scores of different queries do not compare."""
-        for rank, chunk in enumerate(chunks):
-            if rank < SHOWN_PER_SEARCH:
-                self.shown.setdefault(chunk.id, chunk)
-            if chunk.id in self.found:
-                best, order = self.rank[chunk.id]
-                self.rank[chunk.id] = (min(best, rank), order)
-            else:
-                self.found[chunk.id] = chunk
-                self.rank[chunk.id] = (rank, self.discovered)
-                self.discovered += 1
-        if len(self.found) > self.loop.chunk_cap:
-            kept = sorted(self.found, key=self.rank.__getitem__)[: self.loop.chunk_cap]
-            for cid in set(self.found) - set(kept):
-                del self.found[cid], self.rank[cid]
-
-    async def _complete(
-        self,
-        model: ChatModel | ChatFn,
-        messages: list[Message],
-        tools: list[Tool] | None,
-        role: str,
-    ) -> ModelResponse:
-        """One bounded model call, its conversation fitted to the model's window."""
-        bound = self.loop.reply_bounds[role]
-        return await complete_fitted(model, messages, tools, role=role, max_tokens=bound)
-
-    # -- answerer and synthesis -----------------------------------------------------------------
-    async def _rewrite(self, answerer: ChatModel | ChatFn) -> None:
-        """Let the answerer write the final answer; on any failure the draft stands."""
-        if self.tracker.exhausted() is not None:
-            return
-        prompt = Message(role="user", content=agent_answer_prompt(self.question))
-        try:
-            response = await self.tracker.bounded(
-                self._complete(answerer, [*self.messages, prompt], None, "answerer")
-            )
-        except Exception as error:
-            logger.warning(
-                "answerer failed; the controller's draft stands: %s", otel.public_error(error)
-            )
-            return
-        if response.text.strip():
-            self.answer = response.text
-            self.messages += [prompt, Message(role="assistant", content=response.text)]
-
-    def _may_synthesize(self, reason: StopReason) -> bool:
-        if reason is StopReason.MAX_ITERATIONS:
-            return True
-        # after a controller error, only a different model is worth asking
-        other = self.loop.answerer is not None or self.loop.synthesizer is not None
-        return reason is StopReason.ERROR and other
-
-    async def _synthesize(self) -> None:
-        spent = self.tracker.exhausted()
-        if spent is not None:
-            self._note(f"fallback synthesis skipped: {spent.value}")
-            return
-        loop = self.loop
-        messages = [
-            *self.messages,
-            Message(role="user", content=agent_synthesis_prompt(self.question)),
-        ]
-        try:
-            if loop.synthesizer is not None:
-                text = await self.tracker.bounded(call(loop.synthesizer, list(messages)))
-            else:
-                model = loop.answerer or loop.controller
-                reply: ModelResponse = await self.tracker.bounded(
-                    self._complete(model, messages, None, "synthesizer")
-                )
-                text = reply.text
-            if not isinstance(text, str):
-                raise ComponentError(f"synthesizer returned {type(text).__name__}; expected str")
-        except Exception as error:
-            self.telemetry.failed(error)
-            self._note(f"fallback synthesis failed: {type(error).__name__}: {error}")
-            return
-        if not text.strip():
-            self._note("fallback synthesis returned no text")
-            return
-        self.answer = text
-        self.messages = [*messages, Message(role="assistant", content=text)]
-        self._add_entry(
-            ToolHistoryEntry(
-                tool="synthesis",
-                args={"text": text},
-                iteration=self.iterations,
-                summary=f"Synthesized from {len(self.shown)} chunks",
-            ),
-            failed=False,
-        )
-
-    def _note(self, message: str) -> None:
-        self.error = message if self.error is None else f"{self.error}; {message}"
-
-    # -- events ---------------------------------------------------------------------------------
-    def _add_entry(
-        self, entry: ToolHistoryEntry, *, failed: bool, shown: Sequence[Chunk] = ()
-    ) -> None:
-        self.history.append(entry)
-        attributes: dict[str, object] = {
-            "tool": entry.tool,
-            "call_id": entry.call_id,
-            "returned_count": len(entry.returned_chunk_ids),
-            "history_size": len(self.history),
-            "failed": failed,
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "max_iterations": self.max_iterations,
+            "tool_count": len(self.tools),
+            "chunk_cap": self.chunk_cap,
+            "collections": self.collections,
         }
-        content: dict[str, object] = {"args": entry.args, "summary": entry.summary}
-        if shown:
-            attributes["chunks"] = chunk_refs(shown)
-            content["chunk_texts"] = [c.content for c in shown]
-        self.telemetry.event(
-            EventKind.TOOL_CALL, iteration=entry.iteration, attributes=attributes, content=content
-        )
-
-    def _turn_event(
-        self,
-        turn: int,
-        response: ModelResponse | None,
-        *,
-        calls: list[ToolCall] | None = None,
-        ignored: int = 0,
-    ) -> None:
-        if calls is None:
-            calls = response.tool_calls if response is not None else []
-        usage = response.usage if response is not None else None
-        self.telemetry.event(
-            EventKind.ITERATION,
-            iteration=turn,
-            attributes={
-                "tool_calls": [c.name for c in calls],
-                "ignored_tool_calls": ignored,
-                "failed": response is None,
-                "input_tokens": usage.input_tokens if usage else None,
-                "output_tokens": usage.output_tokens if usage else None,
-            },
-            content={"text": response.text if response is not None else None},
-        )

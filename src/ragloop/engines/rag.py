@@ -22,25 +22,16 @@ retriever call.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Literal, TypedDict, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from ragloop.components.citations import citation_refs
-from ragloop.core.budget import Budget, BudgetTracker, check_budget
-from ragloop.core.calls import (
-    GenerateFn,
-    call,
-    has_method,
-    method,
-    run_sync,
-    sync_calls_in_threads,
-)
-from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError, check_query
-from ragloop.core.limits import LLMCall, collect_calls, with_llm_calls
-from ragloop.core.protocols import ChatModel, Evaluator, Generator, Reformulator, Retriever
+from ragloop.core.budget import Budget, BudgetTracker
+from ragloop.core.calls import call, has_method, method
+from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
+from ragloop.core.limits import LLMCall, collect_calls
+from ragloop.core.protocols import Evaluator, Generator, Reformulator, Retriever
 from ragloop.core.rag_records import (
     EvaluationResult,
     GeneratorOutput,
@@ -50,90 +41,15 @@ from ragloop.core.rag_records import (
 )
 from ragloop.core.records import Chunk, StopReason, Usage
 from ragloop.core.text import normalize_query
+from ragloop.engines._run import Engine, finish
+from ragloop.engines.options import LoopConfig, OnIteration, RAGLoopOptions
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
-from ragloop.observability.stream import RunStream, stream_run
+
+__all__ = ["LoopConfig", "OnIteration", "RAGLoop", "RAGLoopOptions"]
 
 T = TypeVar("T")
-OnIteration = Callable[[LoopIteration], Any]
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-@dataclass
-class LoopConfig:
-    """Settings of a :class:`RAGLoop`. Invalid values raise ``ValueError`` naming the field.
-
-    - ``max_iterations``: attempts at most (>= 1).
-    - ``confidence_threshold``: evaluation score that counts as converged, in [0, 1].
-    - ``top_k``: chunks per retrieval call, per sub-query (>= 1).
-    - ``on_iteration``: called (sync or async) with every finished iteration; returning
-      ``False`` ends the run with ``StopReason.CALLER_STOP`` unless that iteration converged.
-    - ``budget``: a :class:`~ragloop.Budget` checked before every step.
-    - ``on_error``: ``"raise"`` lets a component's exception propagate (with a note naming the
-      step); ``"stop"`` ends the run with ``StopReason.ERROR`` and keeps the partial trace.
-    - ``stop_on_repeat``: end with ``StopReason.NO_IMPROVEMENT`` instead of re-running an
-      iteration whose queries were all tried and whose chunks an earlier iteration already had.
-    - ``max_sub_queries``: a reformulation's queries beyond this many are dropped.
-    """
-
-    max_iterations: int = 3
-    confidence_threshold: float = 0.8
-    top_k: int = 5
-    on_iteration: OnIteration | None = None
-    budget: Budget | None = None
-    on_error: Literal["raise", "stop"] = "raise"
-    stop_on_repeat: bool = False
-    max_sub_queries: int = 5
-
-    def __post_init__(self) -> None:
-        for name in ("max_iterations", "top_k", "max_sub_queries"):
-            value = getattr(self, name)
-            if not _is_int(value) or value < 1:
-                raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
-        threshold = self.confidence_threshold
-        if (
-            isinstance(threshold, bool)
-            or not isinstance(threshold, int | float)
-            or math.isnan(threshold)
-            or not 0.0 <= threshold <= 1.0
-        ):
-            raise ConfigError(
-                "confidence_threshold", f"must be a number in [0.0, 1.0], got {threshold!r}"
-            )
-        if self.on_iteration is not None and not callable(self.on_iteration):
-            raise ConfigError("on_iteration", "must be callable or None")
-        if isinstance(self.budget, dict):
-            self.budget = Budget(**self.budget)
-        check_budget(self.budget)
-        if self.on_error not in ("raise", "stop"):
-            raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
-        if not isinstance(self.stop_on_repeat, bool):
-            raise ConfigError("stop_on_repeat", "must be True or False")
-
-
-class RAGLoopOptions(TypedDict, total=False):
-    """The keyword options of :meth:`RAGLoop.offline`: the fields of :class:`LoopConfig` (or a
-    whole ``config=``), ``model=`` (the LLM components instead of the offline ones), or a
-    component to use instead of the default one. An unknown name is a ``ConfigError``."""
-
-    model: ChatModel | GenerateFn | None
-    config: LoopConfig
-    generator: Generator
-    evaluator: Evaluator
-    reformulator: Reformulator
-    max_iterations: int
-    confidence_threshold: float
-    top_k: int
-    on_iteration: OnIteration | None
-    budget: Budget | None
-    on_error: Literal["raise", "stop"]
-    stop_on_repeat: bool
-    max_sub_queries: int
-
 
 _ROLES = {
     "retrieve": "retriever",
@@ -144,7 +60,7 @@ _ROLES = {
 }
 
 
-class RAGLoop:
+class RAGLoop(Engine[LoopResult, None]):
     """The evaluate -> reformulate loop. Components may be sync or async; see
     :mod:`ragloop.core.protocols`. A loop holds no per-run state: one instance may serve many
     concurrent runs."""
@@ -179,48 +95,41 @@ class RAGLoop:
 
     @classmethod
     def offline(cls, kb_or_retriever: Any, **options: Unpack[RAGLoopOptions]) -> RAGLoop:
-        """A loop that needs no LLM, over a :class:`~ragloop.KnowledgeBase` or a retriever:
+        """A loop over a :class:`~ragloop.KnowledgeBase` or a retriever that needs no LLM:
         :class:`~ragloop.ExtractiveGenerator`, :class:`~ragloop.HeuristicEvaluator` and
-        :class:`~ragloop.HeuristicReformulator`, consulting the knowledge base. ``options``
-        (:class:`RAGLoopOptions`) hold :class:`LoopConfig` fields, ``model=``, or replace a
-        component (``generator=``, ...). See :func:`ragloop.offline.rag_loop`."""
-        # The wiring lives in ragloop.offline, a floor above the engines; importing it here,
-        # at call time, keeps this module depending on protocols only.
-        from ragloop.offline import rag_loop
+        :class:`~ragloop.HeuristicReformulator`, all three consulting the knowledge base (its
+        wider search, embedder and link graph); with ``model=``, the LLM components. Over a
+        knowledge base each offline retrieval is a :class:`~ragloop.RetrievalLoop`: a hybrid
+        search and its hop along the link graph (HotpotQA, 250 questions: recall@5 of both
+        gold passages 0.80 against 0.78 with plain searches, and 0.90 against 0.85 at 10).
 
-        return rag_loop(kb_or_retriever, **options)
+        ``options`` (:class:`~ragloop.engines.options.RAGLoopOptions`) hold
+        :class:`LoopConfig` fields (``max_iterations=``, ``top_k=``, ...) or
+        ``config=LoopConfig(...)``, ``model=``, and may replace a component: ``generator=``,
+        ``evaluator=``, ``reformulator=``. An unknown name is a :class:`~ragloop.ConfigError`.
+        The parts are chosen in :mod:`ragloop.engines.defaults.rag`."""
+        # imported when asked: the defaults bring the knowledge base and the components,
+        # which a loop built from the caller's own parts never needs
+        from ragloop.engines.defaults.rag import rag_parts
 
-    def run(self, query: str, *, budget: Budget | None = None) -> LoopResult:
-        """Run the loop to convergence, exhaustion or a stop. Blocks; sync components run
-        inline, in the calling thread's order. ``budget`` replaces the config's for this run."""
-        return run_sync(lambda: self._run(query, budget, in_threads=False))
+        parts = rag_parts(kb_or_retriever, **options)
+        retriever = parts.retriever
+        if parts.retrieval_loop_over is not None:
+            from ragloop.engines.loop_search import RetrievalLoopRetriever
 
-    async def arun(self, query: str, *, budget: Budget | None = None) -> LoopResult:
-        """Async :meth:`run`: sync components run in worker threads, sub-queries concurrently."""
-        return await self._run(query, budget, in_threads=True)
+            retriever = RetrievalLoopRetriever.offline(parts.retrieval_loop_over)
+        return cls(retriever, parts.generator, parts.evaluator, parts.reformulator, parts.config)
 
-    def astream(self, query: str, *, budget: Budget | None = None) -> RunStream[LoopResult]:
-        """:meth:`arun` as a stream of its events (``async for event in loop.astream(q)``):
-        each search and the chunks it returned, each answer, evaluation, reformulation and
-        iteration, then ``run_finished``; the result is the stream's ``result``. Closing the
-        stream early cancels the run. See ``docs/streaming.md``."""
-        return stream_run(lambda: self._run(query, budget, in_threads=True))
-
-    async def _run(self, query: str, budget: Budget | None, *, in_threads: bool) -> LoopResult:
-        check_query(query)
-        check_budget(budget)
+    async def _start(self, query: str, budget: Budget | None, given: None) -> _Run:
         telemetry = RunTelemetry("rag", span_kind="CHAIN")
-        run = _Run(self, query, telemetry, self.config.budget if budget is None else budget)
-        started = telemetry.active(
-            attributes={
-                "max_iterations": self.config.max_iterations,
-                "confidence_threshold": self.config.confidence_threshold,
-                "top_k": self.config.top_k,
-            },
-            content={"question": query},
-        )
-        with sync_calls_in_threads(in_threads), run.tracker.active(), started:
-            return await with_llm_calls(run.execute())
+        return _Run(self, query, telemetry, self.config.budget if budget is None else budget)
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "max_iterations": self.config.max_iterations,
+            "confidence_threshold": self.config.confidence_threshold,
+            "top_k": self.config.top_k,
+        }
 
 
 class _RepeatStop(Exception):
@@ -456,12 +365,10 @@ class _Run:
             usage=self.tracker.usage,
             run_id=self.telemetry.run_id,
         )
-        self.telemetry.finish(
-            stop_reason=reason,
-            iterations=result.iterations,
-            budget_used=result.budget_used,
+        return finish(
+            self.telemetry,
+            result,
             chunk_count=len(chosen.chunks) if chosen else 0,
-            error=error,
             attributes={
                 "confidence": result.confidence,
                 "answer_iteration": chosen.iteration if chosen else None,
@@ -469,7 +376,6 @@ class _Run:
             },
             content={"answer": result.answer},
         )
-        return result
 
     def _reformulation_event(self, after: int, made_by: ReformulationOutput) -> None:
         self.telemetry.event(

@@ -8,11 +8,25 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ragloop.core.budget import Budget, BudgetTracker
 from ragloop.core.calls import call, method
-from ragloop.core.errors import BudgetExceeded, ComponentError, RetrievalLoopError
+from ragloop.core.errors import (
+    BudgetExceeded,
+    ComponentError,
+    ConfigError,
+    RetrievalLoopError,
+    check_options,
+)
+from ragloop.core.protocols import (
+    CostEstimator,
+    EmbeddingCache,
+    QueryRefiner,
+    QueryUnderstander,
+    Retriever,
+    Router,
+)
 from ragloop.core.records import Chunk, StopReason, Usage
 from ragloop.core.retrieval_records import (
     CacheStats,
@@ -23,25 +37,65 @@ from ragloop.core.retrieval_records import (
     UnderstoodQuery,
 )
 from ragloop.core.text import normalize_query
+from ragloop.engines._run import finish
+from ragloop.engines.options import (
+    RefineQuery,
+    RetrievalLoopConfig,
+    RetrievalRunOptions,
+    ShouldContinue,
+)
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
 from ragloop.retrieval.embedders import embed_queries
 
-if TYPE_CHECKING:
-    from ragloop.engines.retrieval import RetrievalLoop
-
 T = TypeVar("T")
-RefineQuery = Callable[
-    [str, list[RetrievalIteration], int],
-    "str | list[str] | Awaitable[str | list[str] | None] | None",
-]
-ShouldContinue = Callable[[list[RetrievalIteration]], "bool | Awaitable[bool]"]
 # Evidence found further from the question is less sure to matter (each hop can go astray): a
 # chunk found at position p of a search in iteration i ranks as p + i / 2, so the top chunk of
 # a second hop goes between the question's first and second, a third hop's after its second.
 # Measured on HotpotQA against plain best-position ranking: see BENCHMARKS.md.
 LATER_ITERATION_PENALTY = 0.5
+
+
+class RetrievalSetup(Protocol):
+    """What a run reads of its loop (a :class:`~ragloop.RetrievalLoop`'s attributes)."""
+
+    retriever: Retriever
+    config: RetrievalLoopConfig
+    understander: QueryUnderstander | None
+    router: Router | None
+    refiner: QueryRefiner | None
+    embedding_cache: EmbeddingCache | None
+    cost_estimator: CostEstimator | None
+
+
+@dataclass
+class RunHooks:
+    """What a caller gave one run besides query and budget, checked (see
+    :meth:`RetrievalLoop.run <ragloop.RetrievalLoop.run>`)."""
+
+    refine_query: RefineQuery | None
+    should_continue: ShouldContinue | None
+    sub_queries: list[str]
+
+    @classmethod
+    def of(cls, options: RetrievalRunOptions | None) -> RunHooks:
+        """The hooks in ``options``; a :class:`~ragloop.ConfigError` for an unknown name, a
+        callback that is not callable or ``sub_queries`` that are not non-empty strings."""
+        given: RetrievalRunOptions = options or {}
+        check_options(given, RetrievalRunOptions.__annotations__, owner="RetrievalLoop.run")
+        refine_query = given.get("refine_query")
+        should_continue = given.get("should_continue")
+        for name, fn in (("refine_query", refine_query), ("should_continue", should_continue)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(name, "must be callable or None")
+        sub_queries = given.get("sub_queries")
+        queries = [q for q in (sub_queries or []) if isinstance(q, str) and q.strip()]
+        if sub_queries is not None and (
+            isinstance(sub_queries, str) or len(queries) != len(sub_queries)
+        ):
+            raise ConfigError("sub_queries", "must be a list of non-empty strings")
+        return cls(refine_query, should_continue, queries)
 
 
 @dataclass
@@ -56,21 +110,19 @@ class Run:
 
     def __init__(
         self,
-        loop: RetrievalLoop,
+        loop: RetrievalSetup,
         query: str,
         budget: Budget | None,
         telemetry: RunTelemetry,
-        refine_query: RefineQuery | None,
-        should_continue: ShouldContinue | None,
-        sub_queries: list[str],
+        hooks: RunHooks,
     ) -> None:
         self.loop = loop
         self.config = loop.config
         self.query = query
         self.telemetry = telemetry
-        self.refine_query = refine_query
-        self.should_continue = should_continue
-        self.sub_queries = sub_queries
+        self.refine_query = hooks.refine_query
+        self.should_continue = hooks.should_continue
+        self.sub_queries = hooks.sub_queries
         self.tracker = BudgetTracker(budget)
         self.history: list[RetrievalIteration] = []
         self.found: dict[str, Chunk] = {}
@@ -83,6 +135,12 @@ class Run:
         self.index = 0  # the iteration in progress
 
     async def execute(self) -> RetrievalResult:
+        self.telemetry.span.set(
+            otel.retrieval_loop_settings(
+                max_iterations=self.config.max_iterations,
+                allow_route_switch=self.config.allow_route_switch,
+            )
+        )
         queries = [self.query]
         best_so_far = 0.0
         last = self.config.max_iterations - 1
@@ -434,15 +492,12 @@ class Run:
                 sticky_route_rate=result.sticky_route_rate,
             )
         )
-        self.telemetry.finish(
-            stop_reason=reason,
-            iterations=len(self.history),
-            budget_used=result.budget_used,
+        return finish(
+            self.telemetry,
+            result,
             chunk_count=len(chunks),
-            error=error,
             attributes={"chunks": chunk_refs(chunks)},
         )
-        return result
 
     def _reformulation_event(self, index: int, queries: list[str] | None) -> None:
         """What the next iteration will search, and who said so."""

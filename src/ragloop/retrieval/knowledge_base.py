@@ -557,11 +557,18 @@ class KnowledgeBaseRetriever:
 
         return await asyncio.to_thread(self.retrieve, query, top_k)
 
-    def _narrowed(self, requested: Sequence[str] | None) -> str | Sequence[str] | None:
+    def within(
+        self, collection: str | None = None, collections: Sequence[str] | None = None
+    ) -> KnowledgeBaseRetriever:
+        """This retriever kept to the ``collection`` (or ``collections``) a search tool call
+        names, as far as they are among its own; with neither, this retriever itself. Mode
+        and filters stay."""
+        requested = [collection] if collection is not None else collections
         if requested is None:
-            return self.collection
+            return self
         own = Scope.of(self.collection).collections
-        return [c for c in requested if own is None or c in own]
+        narrowed = [c for c in requested if own is None or c in own]
+        return KnowledgeBaseRetriever(self.kb, narrowed, self.mode, self.filters)
 
     def search(
         self,
@@ -571,14 +578,9 @@ class KnowledgeBaseRetriever:
         collection: str | None = None,
         collections: Sequence[str] | None = None,
     ) -> list[Chunk]:
-        requested = [collection] if collection is not None else collections
-        return self.kb.search(
-            query,
-            top_k=limit,
-            collection=self._narrowed(requested),
-            mode=self.mode,
-            filters=self.filters,
-        )
+        """A search tool over this retriever (AgentLoop's function form): the best ``limit``
+        chunks for ``query`` within the collections the call names (see :meth:`within`)."""
+        return self.within(collection, collections).retrieve(query, top_k=limit)
 
 
 def check_collection(collection: object) -> None:
