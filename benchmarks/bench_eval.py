@@ -40,8 +40,8 @@ from ragloop.evaluation.harness import (
     ranked_passages,
 )
 from ragloop.evaluation.report import kind_table, markdown_table, recall_chart, significance_table
+from ragloop.kb.knowledge_base import KnowledgeBase
 from ragloop.offline import answered_retrieval_loop
-from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 SAMPLE_EVERY = 2  # the answering loops' sample on HotpotQA: every second question
 MUSIQUE_EVERY = 2  # ... on MuSiQue (100 questions)

@@ -43,10 +43,10 @@ from bench_retrieval import CACHE
 from datasets import hotpot_pool
 
 from ragloop.core.text import split_sentences
-from ragloop.retrieval import ann
-from ragloop.retrieval.embedders import MiniLMEmbedder
-from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
-from ragloop.retrieval.store import Scope
+from ragloop.kb.embedding.embedders import MiniLMEmbedder
+from ragloop.kb.index import ann
+from ragloop.kb.knowledge_base import Document, KnowledgeBase
+from ragloop.kb.stores.base import Scope
 
 DIMENSION = 384
 
@@ -347,10 +347,10 @@ def run(size: int = 10_000, command: str = "make bench", real_vectors: int = 0) 
         "",
         "Dense recall@10: the knowledge base's dense search against an exact scan of the "
         "vectors it holds, for the 500 questions embedded by MiniLM. Above "
-        f"{ann.MIN_VECTORS:,} vectors it is approximate (ragloop.retrieval.ann: the graph's "
+        f"{ann.MIN_VECTORS:,} vectors it is approximate (ragloop.kb.index.ann: the graph's "
         f"{ann.CANDIDATES} candidates ranked by their exact scores).",
         "",
-        f"Ingest workers (ragloop.retrieval.ingest_run.ingest_workers): {ours['workers']}, "
+        f"Ingest workers (ragloop.kb.ingest.pipeline.ingest_workers): {ours['workers']}, "
         f"holding at most {ours['workers_private_mb']:,.0f} MB of their own together (each "
         f"one's resident size peaked at {ours['worker_rss_mb']:,.0f} MB, most of it pages it "
         "shares with the writer it was forked from); the max RSS above is the writer's.",

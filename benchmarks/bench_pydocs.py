@@ -43,12 +43,12 @@ from ragloop.core.records import Chunk
 from ragloop.evaluation.configurations import ranked_passages
 from ragloop.evaluation.datasets import load_dataset
 from ragloop.evaluation.metrics import recall_all
-from ragloop.retrieval.chunking import chunk_document
-from ragloop.retrieval.embedders import get_embedder
-from ragloop.retrieval.fusion import reciprocal_rank_fusion
-from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.readers import read_html
-from ragloop.retrieval.store import Scope
+from ragloop.kb.embedding.embedders import get_embedder
+from ragloop.kb.index.fusion import reciprocal_rank_fusion
+from ragloop.kb.ingest.chunking import chunk_document
+from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.kb.readers import read_html
+from ragloop.kb.stores.base import Scope
 
 PYTHON = sys.executable
 MODES = ("bm25", "dense", "hybrid, plain RRF", "hybrid (default)")

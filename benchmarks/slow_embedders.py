@@ -15,8 +15,8 @@ from bench_retrieval import CACHE, DATASETS, ids, rankings, score
 
 from ragloop.evaluation.configurations import build_knowledge_base
 from ragloop.evaluation.datasets import load_dataset
-from ragloop.retrieval.embedders import get_embedder
-from ragloop.retrieval.fusion import reciprocal_rank_fusion
+from ragloop.kb.embedding.embedders import get_embedder
+from ragloop.kb.index.fusion import reciprocal_rank_fusion
 
 EMBEDDERS = ("minilm", "e5")
 

@@ -32,12 +32,12 @@ from former_embedder import FormerMiniLM
 
 from ragloop.core.protocols import Embedder
 from ragloop.evaluation.datasets import load_dataset
-from ragloop.retrieval.chunking import chunk_document
-from ragloop.retrieval.embedders import MiniLMEmbedder
-from ragloop.retrieval.fusion import fuse
-from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.readers import read_html
-from ragloop.retrieval.store import Scope, index_text
+from ragloop.kb.embedding.embedders import MiniLMEmbedder
+from ragloop.kb.index.fusion import fuse
+from ragloop.kb.ingest.chunking import chunk_document
+from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.kb.readers import read_html
+from ragloop.kb.stores.base import Scope, index_text
 
 LENGTHS = (256, 192, 128)
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from ragloop import providers
-from ragloop.retrieval.postgres_server import PostgresServerError, TemporaryPostgres
+from ragloop.testing.postgres import PostgresServerError, TemporaryPostgres
 
 providers.ALLOW_MODEL_REQUESTS = False
 

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from ragloop.retrieval.conformance import write_corpus
+from ragloop.testing.conformance import write_corpus
 from tests.providers.server import LoopbackServer, Reply
 from tests.providers.wire import openai_completion
 

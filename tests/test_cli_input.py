@@ -44,7 +44,7 @@ def test_a_blank_question_or_query_is_refused_before_the_knowledge_base_opens(te
     folder, env = empty_demo
     refused(ragloop("ask", "--demo", text, env=env), "the question is empty")
     refused(ragloop("search", "--demo", text, env=env), "the query is empty")
-    refused(ragloop("agent-loop", "--demo", text, env=env), "the query is empty")
+    refused(ragloop("retrieval-loop", "--demo", text, env=env), "the query is empty")
     refused(ragloop("ask", "-", "--demo", stdin=text, env=env), "the question is empty")
     assert list(folder.iterdir()) == []  # the demo knowledge base was never built
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ragloop.retrieval.conformance import write_corpus
+from ragloop.testing.conformance import write_corpus
 
 
 def ragloop(*args, env=None, cwd=None):

@@ -16,7 +16,7 @@ from ragloop import StopReason
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.observability.traces import TraceRecord
-from ragloop.retrieval.conformance import write_corpus
+from ragloop.testing.conformance import write_corpus
 
 QUESTION = "How much does the Ridgeline 2 tent weigh?"
 
@@ -63,11 +63,11 @@ def test_ask_with_the_retrieval_engine_says_what_ran_and_keeps_its_hops(env, tmp
 
 def test_agent_loop_names_the_loop_it_runs_and_takes_both_spellings(env):
     for cap in ("--max-iter", "--max-iterations"):
-        out = ragloop("agent-loop", QUESTION, cap, "2", "--min-new-chunks", "0", env=env)
+        out = ragloop("retrieval-loop", QUESTION, cap, "2", "--min-new-chunks", "0", env=env)
         assert out.splitlines()[0].startswith("loop:         RetrievalLoop")
         assert "stop_reason:  caller_stop" not in out  # nobody stopped it
         assert re.search(r"budget_used: .* iters=[12]\b", out)
-    data = json.loads(ragloop("agent-loop", QUESTION, "--json", env=env))
+    data = json.loads(ragloop("retrieval-loop", QUESTION, "--json", env=env))
     assert data["stop_reason"] in {"diminishing_returns", "no_new_queries", "max_iterations"}
     asked = ragloop("ask", QUESTION, "--max-iterations", "1", "--json", env=env)
     assert json.loads(asked)["iterations"] == 1

@@ -1,9 +1,6 @@
 """The floors of the house (AGENTS.md, "Layers"): a module imports only from its
-own floor or the floors below, at module level, inside functions and under TYPE_CHECKING alike.
-
-The imports that still climb are listed in ``STILL_CLIMBING``, each to be removed by the step of
-the redesign that moves it (issue 33); a new one fails this test, and so does a listed one that
-no longer exists (take it off the list)."""
+own floor or the floors below, at module level, inside functions and under TYPE_CHECKING alike,
+and no modules import each other in a circle."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ FLOORS = {  # a module's floor is that of its entry or of the package it is in; 
     "ragloop.core": 1,
     "ragloop.config": 2,
     "ragloop.components": 3,
+    "ragloop.kb": 3,
     "ragloop.retrieval": 3,
     "ragloop.providers": 3,
     "ragloop.observability": 3,
@@ -30,17 +28,7 @@ FLOORS = {  # a module's floor is that of its entry or of the package it is in; 
     "ragloop.__main__": 6,
 }
 
-# (importing module, imported module): climbs left for the later steps of issue 33
-STILL_CLIMBING: set[tuple[str, str]] = set()
-
-
 FRONT_DOOR = 5  # the root package, ``from ragloop import ...``
-
-
-# modules that import each other in a circle, left for the later steps of issue 33
-STILL_CIRCLES = {
-    frozenset({"ragloop.retrieval.html_reader", "ragloop.retrieval.readers"}),
-}
 
 
 def floor(module: str) -> int:
@@ -114,16 +102,12 @@ def circles() -> set[frozenset[str]]:
     }
 
 
-def test_no_modules_import_each_other_in_a_circle_but_the_listed_ones():
-    found = circles()
-    assert found - STILL_CIRCLES == set(), "new circles"
-    assert STILL_CIRCLES - found == set(), "gone: take them off STILL_CIRCLES"
+def test_no_modules_import_each_other_in_a_circle():
+    assert circles() == set()
 
 
-def test_no_module_imports_from_a_higher_floor_but_the_listed_ones():
-    found = climbing()
-    assert found - STILL_CLIMBING == set(), "imports from a higher floor"
-    assert STILL_CLIMBING - found == set(), "gone: take them off STILL_CLIMBING"
+def test_no_module_imports_from_a_higher_floor():
+    assert climbing() == set()
 
 
 def test_the_bottom_floors_import_nothing_above_them():

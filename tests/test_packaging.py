@@ -29,3 +29,21 @@ def test_the_readme_names_exactly_the_runtime_dependencies_and_extras():
     dependencies = {_name(r) for r in PROJECT["dependencies"]}
     extras = set(PROJECT["optional-dependencies"]) - {"dev"}
     assert named - {"ragloop"} == dependencies | extras
+
+
+def test_the_pre_commit_hooks_are_valid_and_run_the_linters_of_make_lint():
+    import subprocess
+    import sys
+
+    config = ROOT / ".pre-commit-config.yaml"
+    done = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-config", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = config.read_text(encoding="utf-8")
+    lint = (ROOT / "Makefile").read_text(encoding="utf-8").split("\nlint:", 1)[1]
+    for tool in ("ruff check", "ruff format --check", "mypy"):
+        assert tool in text, tool
+        assert tool in lint, tool

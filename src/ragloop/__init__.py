@@ -1,110 +1,25 @@
 """ragloop: loop engineering for RAG.
 
 Retrieval loops that notice when the evidence misses, try again, and record every step.
-See README.md for the quick start; the public API is exactly ``__all__``.
+See README.md for the quick start. ``__all__`` is the front door, what a newcomer needs and
+ragsnag's names; every other public name (``_EXPORTS``) resolves from here too and is listed in
+its own package's face (``ragloop.core``, ``ragloop.components``, ``ragloop.kb``,
+``ragloop.engines``, ``ragloop.observability``, ``ragloop.providers``).
 
 ``import ragloop`` loads none of it: each name is imported from its module the first time it is
 used (PEP 562), so a script or the command line starts in a few milliseconds and only pays for
 what it uses (numpy, onnxruntime, httpx, psycopg, rich load where they are needed). Type
 checkers and editors read the imports under ``TYPE_CHECKING`` below, which name the same
-modules as ``_EXPORTS`` (tests/test_exported_members.py keeps the two and ``__all__`` equal).
+modules as ``_EXPORTS`` (tests/test_startup.py keeps the two equal).
 """
 
 import importlib as _importlib
 import typing as _typing
 
-# where each public name lives, by module
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    "ragloop.components.controller": ("OfflineController",),
-    "ragloop.components.corpus": ("Corpus",),
-    "ragloop.components.cost": ("DefaultCostEstimator",),
-    "ragloop.components.evaluators": ("HeuristicEvaluator", "LLMEvaluator"),
-    "ragloop.components.generators": ("ExtractiveGenerator", "LLMGenerator"),
-    "ragloop.components.grounding": ("LexicalGrounder", "LLMJudgeGrounder"),
-    "ragloop.components.refiners": (
-        "EntityBridgeRefiner",
-        "KeywordRefiner",
-        "PseudoRelevanceRefiner",
-        "RefinerChain",
-    ),
-    "ragloop.components.reformulators": ("HeuristicReformulator", "LLMReformulator"),
-    "ragloop.components.understanding": ("HeuristicUnderstander", "LLMUnderstander"),
-    "ragloop.core.agent_records": (
-        "AgentResult",
-        "GroundedSpan",
-        "Grounding",
-        "SpanSource",
-        "ToolHistoryEntry",
-    ),
-    "ragloop.core.budget": ("Budget", "BudgetSpend", "record_usage"),
-    "ragloop.core.calls": ("as_async_generate_fn", "as_generate_fn"),
-    "ragloop.core.errors": (
-        "BudgetExceeded",
-        "ComponentError",
-        "ConfigError",
-        "ContextOverflowError",
-        "DenseSearchUnavailable",
-        "EmbedderUnavailable",
-        "EmptyTraceError",
-        "GroundingError",
-        "KnowledgeBaseNotFound",
-        "ModelError",
-        "ModelHTTPError",
-        "ModelTimeout",
-        "RagloopError",
-        "RetrievalLoopError",
-        "ScriptExhausted",
-        "StoreError",
-        "TraceCorrupted",
-        "TraceNotFound",
-    ),
-    "ragloop.core.jsonparse": ("Parsed", "ParseFailure", "parse_llm_json"),
-    "ragloop.core.protocols": (
-        "ChatModel",
-        "CostEstimator",
-        "Embedder",
-        "EmbeddingCache",
-        "Evaluator",
-        "Generator",
-        "Grounder",
-        "QueryRefiner",
-        "QueryUnderstander",
-        "Reformulator",
-        "Retriever",
-        "Router",
-        "UnderstoodQueryLike",
-    ),
-    "ragloop.core.rag_records": (
-        "EvaluationResult",
-        "GeneratorOutput",
-        "LoopIteration",
-        "LoopResult",
-        "ReformulationOutput",
-        "ReformulationStrategy",
-    ),
-    "ragloop.core.records": (
-        "Chunk",
-        "Message",
-        "ModelResponse",
-        "StopReason",
-        "Tool",
-        "ToolCall",
-        "Usage",
-    ),
-    "ragloop.core.retrieval_records": (
-        "CacheStats",
-        "QueryShape",
-        "RefineContext",
-        "RetrievalIteration",
-        "RetrievalResult",
-        "RouteDecision",
-        "UnderstoodQuery",
-    ),
-    "ragloop.engines.agent": ("AgentLoop",),
-    "ragloop.engines.grounding": ("aground", "ground"),
-    "ragloop.engines.options": ("LoopConfig", "RetrievalLoopConfig"),
-    "ragloop.engines.rag": ("RAGLoop",),
-    "ragloop.engines.retrieval": ("RetrievalLoop",),
+# where each public name lives, by module: the faces of ragloop.core, .components, .engines
+# and .kb list their own (read when a name is first asked for, so ``import ragloop`` loads not
+# even them); the others are listed here
+_OWN_EXPORTS: dict[str, tuple[str, ...]] = {
     "ragloop.observability": ("EventKind", "LoopEvent", "listen", "set_trace_content"),
     "ragloop.observability.traces": ("TraceRecord", "TraceRecorder", "TraceStore"),
     "ragloop.providers": (
@@ -114,21 +29,24 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "get_model",
         "resolve_model",
     ),
-    "ragloop.retrieval.chunking": ("ChunkingConfig",),
-    "ragloop.retrieval.embedders": (
-        "E5Embedder",
-        "MiniLMEmbedder",
-        "get_embedder",
-    ),
-    "ragloop.retrieval.embedding_cache": ("ExactEmbeddingCache", "SemanticEmbeddingCache"),
-    "ragloop.retrieval.ingest": ("IngestInterrupted", "IngestProgress", "IngestReport"),
-    "ragloop.retrieval.knowledge_base": ("Document", "KnowledgeBase", "KnowledgeBaseRetriever"),
-    "ragloop.retrieval.routing": ("RetrievalRouter",),
-    "ragloop.retrieval.store": ("Store",),
-    "ragloop.retrieval.store_postgres": ("PostgresKnowledgeBase", "PostgresStore"),
 }
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
-# the subpackages, reachable as attributes after a bare ``import ragloop`` as they always were
+_FACES = ("ragloop.core", "ragloop.components", "ragloop.engines", "ragloop.kb")
+_module_of: dict[str, str] = {}  # name -> module, filled on first use
+
+
+def _exports() -> dict[str, tuple[str, ...]]:
+    faces = [_importlib.import_module(face)._FACE.exports for face in _FACES]
+    return {module: names for face in faces for module, names in face.items()} | _OWN_EXPORTS
+
+
+def _module_of_name(name: str) -> str | None:
+    if not _module_of:
+        _module_of.update(
+            (public, module) for module, names in _exports().items() for public in names
+        )
+    return _module_of.get(name)
+
+
 _SUBPACKAGES = frozenset(
     {
         "cli",
@@ -155,13 +73,16 @@ def __getattr__(name: str) -> object:
             value: object = importlib.metadata.version("ragloop")
         except importlib.metadata.PackageNotFoundError:  # a source tree never installed
             value = "unknown"
-    elif name in _MODULE_OF:
-        value = getattr(_importlib.import_module(_MODULE_OF[name]), name)
+    elif name == "_EXPORTS":
+        return _exports()
+    elif (module := _module_of_name(name)) is not None:
+        value = getattr(_importlib.import_module(module), name)
     elif name in _SUBPACKAGES:
         return _importlib.import_module(f"{__name__}.{name}")
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later uses are plain attribute reads
+    if name in __all__:
+        globals()[name] = value  # later uses are plain attribute reads
     return value
 
 
@@ -169,52 +90,23 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-if _typing.TYPE_CHECKING:
-    from ragloop.components.controller import OfflineController
-    from ragloop.components.corpus import Corpus
+if _typing.TYPE_CHECKING:  # the lazy names as type checkers and editors see them
     from ragloop.components.cost import DefaultCostEstimator
-    from ragloop.components.evaluators import (
-        HeuristicEvaluator,
-        LLMEvaluator,
-    )
-    from ragloop.components.generators import (
-        ExtractiveGenerator,
-        LLMGenerator,
-    )
-    from ragloop.components.grounding import (
-        LexicalGrounder,
-        LLMJudgeGrounder,
-    )
+    from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
+    from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
+    from ragloop.components.grounding import LexicalGrounder, LLMJudgeGrounder
+    from ragloop.components.heuristics.controller import OfflineController
+    from ragloop.components.heuristics.corpus import Corpus
     from ragloop.components.refiners import (
         EntityBridgeRefiner,
         KeywordRefiner,
         PseudoRelevanceRefiner,
         RefinerChain,
     )
-    from ragloop.components.reformulators import (
-        HeuristicReformulator,
-        LLMReformulator,
-    )
-    from ragloop.components.understanding import (
-        HeuristicUnderstander,
-        LLMUnderstander,
-    )
-    from ragloop.core.agent_records import (
-        AgentResult,
-        GroundedSpan,
-        Grounding,
-        SpanSource,
-        ToolHistoryEntry,
-    )
-    from ragloop.core.budget import (
-        Budget,
-        BudgetSpend,
-        record_usage,
-    )
-    from ragloop.core.calls import (
-        as_async_generate_fn,
-        as_generate_fn,
-    )
+    from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
+    from ragloop.components.understanding import HeuristicUnderstander, LLMUnderstander
+    from ragloop.core.budget import Budget, BudgetSpend, record_usage
+    from ragloop.core.calls import as_async_generate_fn, as_generate_fn
     from ragloop.core.errors import (
         BudgetExceeded,
         ComponentError,
@@ -235,11 +127,7 @@ if _typing.TYPE_CHECKING:
         TraceCorrupted,
         TraceNotFound,
     )
-    from ragloop.core.jsonparse import (
-        Parsed,
-        ParseFailure,
-        parse_llm_json,
-    )
+    from ragloop.core.jsonparse import Parsed, ParseFailure, parse_llm_json
     from ragloop.core.protocols import (
         ChatModel,
         CostEstimator,
@@ -255,14 +143,6 @@ if _typing.TYPE_CHECKING:
         Router,
         UnderstoodQueryLike,
     )
-    from ragloop.core.rag_records import (
-        EvaluationResult,
-        GeneratorOutput,
-        LoopIteration,
-        LoopResult,
-        ReformulationOutput,
-        ReformulationStrategy,
-    )
     from ragloop.core.records import (
         Chunk,
         Message,
@@ -272,7 +152,22 @@ if _typing.TYPE_CHECKING:
         ToolCall,
         Usage,
     )
-    from ragloop.core.retrieval_records import (
+    from ragloop.core.records.agent import (
+        AgentResult,
+        GroundedSpan,
+        Grounding,
+        SpanSource,
+        ToolHistoryEntry,
+    )
+    from ragloop.core.records.rag import (
+        EvaluationResult,
+        GeneratorOutput,
+        LoopIteration,
+        LoopResult,
+        ReformulationOutput,
+        ReformulationStrategy,
+    )
+    from ragloop.core.records.retrieval import (
         CacheStats,
         QueryShape,
         RefineContext,
@@ -282,27 +177,20 @@ if _typing.TYPE_CHECKING:
         UnderstoodQuery,
     )
     from ragloop.engines.agent import AgentLoop
-    from ragloop.engines.grounding import (
-        aground,
-        ground,
-    )
-    from ragloop.engines.options import (
-        LoopConfig,
-        RetrievalLoopConfig,
-    )
+    from ragloop.engines.grounding import aground, ground
+    from ragloop.engines.options import LoopConfig, RetrievalLoopConfig
     from ragloop.engines.rag import RAGLoop
     from ragloop.engines.retrieval import RetrievalLoop
-    from ragloop.observability import (
-        EventKind,
-        LoopEvent,
-        listen,
-        set_trace_content,
-    )
-    from ragloop.observability.traces import (
-        TraceRecord,
-        TraceRecorder,
-        TraceStore,
-    )
+    from ragloop.kb.embedding.cache import ExactEmbeddingCache, SemanticEmbeddingCache
+    from ragloop.kb.embedding.embedders import E5Embedder, MiniLMEmbedder, get_embedder
+    from ragloop.kb.ingest.chunking import ChunkingConfig
+    from ragloop.kb.ingest.discover import IngestInterrupted, IngestProgress, IngestReport
+    from ragloop.kb.knowledge_base import Document, KnowledgeBase, KnowledgeBaseRetriever
+    from ragloop.kb.routing import RetrievalRouter
+    from ragloop.kb.stores.base import Store
+    from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase, PostgresStore
+    from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
+    from ragloop.observability.traces import TraceRecord, TraceRecorder, TraceStore
     from ragloop.providers import (
         AnthropicModel,
         OpenAICompatibleEmbedder,
@@ -310,143 +198,62 @@ if _typing.TYPE_CHECKING:
         get_model,
         resolve_model,
     )
-    from ragloop.retrieval.chunking import ChunkingConfig
-    from ragloop.retrieval.embedders import E5Embedder, MiniLMEmbedder, get_embedder
-    from ragloop.retrieval.embedding_cache import (
-        ExactEmbeddingCache,
-        SemanticEmbeddingCache,
-    )
-    from ragloop.retrieval.ingest import (
-        IngestInterrupted,
-        IngestProgress,
-        IngestReport,
-    )
-    from ragloop.retrieval.knowledge_base import Document, KnowledgeBase, KnowledgeBaseRetriever
-    from ragloop.retrieval.routing import RetrievalRouter
-    from ragloop.retrieval.store import Store
-    from ragloop.retrieval.store_postgres import (
-        PostgresKnowledgeBase,
-        PostgresStore,
-    )
 
     __version__: str
 
+# The front door: what a newcomer needs (engines, knowledge base, results, budget, models, the
+# seams users implement, events and traces, errors) and ragsnag's 17 names (seed 000's API,
+# name for name). Every other public name in _EXPORTS still resolves from the root, and each is
+# listed in its own package's face (ragloop.core, ragloop.components, ragloop.kb, ...);
+# tests/test_exported_members.py holds ragsnag's names.
 __all__ = [
     "AgentLoop",
     "AgentResult",
-    "AnthropicModel",
     "Budget",
-    "BudgetExceeded",
-    "BudgetSpend",
-    "CacheStats",
     "ChatModel",
     "Chunk",
-    "ChunkingConfig",
     "ComponentError",
     "ConfigError",
-    "ContextOverflowError",
-    "Corpus",
-    "CostEstimator",
-    "DefaultCostEstimator",
-    "DenseSearchUnavailable",
     "Document",
-    "E5Embedder",
     "Embedder",
-    "EmbedderUnavailable",
-    "EmbeddingCache",
-    "EmptyTraceError",
-    "EntityBridgeRefiner",
     "EvaluationResult",
     "Evaluator",
     "EventKind",
-    "ExactEmbeddingCache",
     "ExtractiveGenerator",
     "Generator",
     "GeneratorOutput",
-    "GroundedSpan",
-    "Grounder",
-    "Grounding",
-    "GroundingError",
     "HeuristicEvaluator",
     "HeuristicReformulator",
-    "HeuristicUnderstander",
-    "IngestInterrupted",
-    "IngestProgress",
     "IngestReport",
-    "KeywordRefiner",
     "KnowledgeBase",
-    "KnowledgeBaseNotFound",
     "KnowledgeBaseRetriever",
     "LLMEvaluator",
     "LLMGenerator",
-    "LLMJudgeGrounder",
     "LLMReformulator",
-    "LLMUnderstander",
-    "LexicalGrounder",
     "LoopConfig",
     "LoopEvent",
     "LoopIteration",
     "LoopResult",
     "Message",
-    "MiniLMEmbedder",
     "ModelError",
-    "ModelHTTPError",
     "ModelResponse",
-    "ModelTimeout",
-    "OfflineController",
-    "OpenAICompatibleEmbedder",
-    "OpenAICompatibleModel",
-    "ParseFailure",
-    "Parsed",
     "PostgresKnowledgeBase",
-    "PostgresStore",
-    "PseudoRelevanceRefiner",
-    "QueryRefiner",
-    "QueryShape",
-    "QueryUnderstander",
     "RAGLoop",
     "RagloopError",
-    "RefineContext",
-    "RefinerChain",
     "ReformulationOutput",
     "ReformulationStrategy",
     "Reformulator",
-    "RetrievalIteration",
     "RetrievalLoop",
     "RetrievalLoopConfig",
-    "RetrievalLoopError",
     "RetrievalResult",
-    "RetrievalRouter",
     "Retriever",
-    "RouteDecision",
-    "Router",
-    "ScriptExhausted",
-    "SemanticEmbeddingCache",
-    "SpanSource",
     "StopReason",
     "Store",
     "StoreError",
     "Tool",
     "ToolCall",
-    "ToolHistoryEntry",
-    "TraceCorrupted",
-    "TraceNotFound",
-    "TraceRecord",
-    "TraceRecorder",
     "TraceStore",
-    "UnderstoodQuery",
-    "UnderstoodQueryLike",
-    "Usage",
     "__version__",
-    "aground",
-    "as_async_generate_fn",
-    "as_generate_fn",
-    "get_embedder",
-    "get_model",
-    "ground",
     "listen",
-    "parse_llm_json",
-    "record_usage",
     "resolve_model",
-    "set_trace_content",
 ]

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError
-from ragloop.core.locations import is_postgres_dsn, traces_path_for
+from ragloop.core.files import is_postgres_dsn, traces_path_for
 
 CONFIG_ENV = "RAGLOOP_CONFIG"
 CONFIG_FILE = "ragloop.toml"

@@ -20,7 +20,7 @@ from ragloop.engines.loop_search import LinkedSearch, RetrievalLoopRetriever
 from ragloop.engines.options import AgentLoopOptions, RAGLoopOptions, RetrievalLoopOptions
 from ragloop.engines.rag import RAGLoop
 from ragloop.engines.retrieval import RetrievalLoop
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 
 __all__ = [
     "ENGINES",

@@ -66,7 +66,7 @@ def test_search_ask_and_traces_show_escapes_as_text(kb_path):
     assert "tents" in shown
     assert_inert(run("traces", "show", trace_id, "--kb", kb, "--json"))
     assert_inert(run("kb", "stats", "--kb", kb))
-    assert_inert(run("agent-loop", QUESTION, "--kb", kb))
+    assert_inert(run("retrieval-loop", QUESTION, "--kb", kb))
 
 
 def test_json_output_stays_the_same_json(kb_path):

@@ -19,11 +19,11 @@ from ragloop import (
     StopReason,
     ToolCall,
 )
-from ragloop.components.fitting import estimate_tokens, fit_chunks, fit_messages
-from ragloop.components.prompts import fence_chunk
+from ragloop.components.llm.fitting import estimate_tokens, fit_chunks, fit_messages
+from ragloop.components.llm.prompts import fence_chunk
 from ragloop.core.jsonparse import close_cut_json, parse_llm_json
 from ragloop.core.limits import DEFAULT_MAX_TOKENS
-from ragloop.core.rag_records import GeneratorOutput
+from ragloop.core.records.rag import GeneratorOutput
 from ragloop.testing import FunctionModel, InMemoryRetriever, ScriptedModel
 
 Q = "What is the refund window?"

@@ -13,7 +13,7 @@ from ragloop import (
     LoopIteration,
     ReformulationStrategy,
 )
-from ragloop.components.rewriting import rewrite, tried_queries
+from ragloop.components.heuristics.rewriting import rewrite, tried_queries
 from ragloop.core.text import normalize_query
 
 S = ReformulationStrategy

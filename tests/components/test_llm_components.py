@@ -13,7 +13,7 @@ from ragloop import (
     ModelResponse,
     ReformulationStrategy,
 )
-from ragloop.components.prompts import evaluator_prompt, fence
+from ragloop.components.llm.prompts import evaluator_prompt, fence
 from ragloop.testing import FunctionModel, ScriptedModel
 
 Q = "What is the refund policy?"

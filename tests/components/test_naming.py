@@ -1,5 +1,5 @@
 """A question asking for a name is answered with the name, from the heading of the chunk that
-documents it, then the sentence that says what it is for (components/naming.py)."""
+documents it, then the sentence that says what it is for (components/heuristics/naming.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 from ragloop import Chunk, ExtractiveGenerator, HeuristicEvaluator
 from ragloop.components.citations import answer_text
-from ragloop.components.judging import AnswerJudge
-from ragloop.components.naming import asks_for_name, signature_name, titled_name
-from ragloop.components.questions import gives_answer_type, profile
+from ragloop.components.heuristics.judging import AnswerJudge
+from ragloop.components.heuristics.naming import asks_for_name, signature_name, titled_name
+from ragloop.components.heuristics.questions import gives_answer_type, profile
 
 TIMEIT = Chunk(
     content="Source code: Lib/timeit.py\n\nThis module provides a simple way to time small bits "

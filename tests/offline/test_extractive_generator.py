@@ -107,7 +107,7 @@ def test_only_the_best_sentences_by_words_are_embedded(shop_kb_dense):
     """Embedding is most of an extractive answer's cost: of many candidate sentences only
     ``EMBEDDED_SENTENCES`` (the best without similarity) are embedded, and the answer is
     still the sentence that answers."""
-    from ragloop.components import extractive
+    from ragloop.components.heuristics import extractive
 
     question = "How much does the Skylark 2 weigh?"
     chunks = search(shop_kb_dense, question, "tents", "delivery", "returns", top_k=5)

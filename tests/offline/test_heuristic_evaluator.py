@@ -12,8 +12,8 @@ from ragloop import (
     KnowledgeBase,
     ReformulationStrategy,
 )
-from ragloop.components.judging import answer_probability
-from ragloop.components.questions import profile
+from ragloop.components.heuristics.judging import answer_probability
+from ragloop.components.heuristics.questions import profile
 from ragloop.components.reformulators import select_strategy
 from ragloop.offline import OFFLINE_CONFIDENCE
 
@@ -38,7 +38,8 @@ def test_a_grounded_complete_answer_scores_above_the_offline_threshold():
 
 
 def test_the_score_is_the_judges_calibrated_chance():
-    """The score is the logistic model of components/judging.py over the analysis' features,
+    """The score is the logistic model of components/heuristics/judging.py over the analysis'
+    features,
     and an answer that misses the question's names or words scores lower."""
     evaluator = HeuristicEvaluator()
     question = "How much does the Skylark 2 weigh?"

@@ -15,7 +15,7 @@ from ragloop import (
     StopReason,
     ToolCall,
 )
-from ragloop.components.controller import read_conversation
+from ragloop.components.heuristics.controller import read_conversation
 from ragloop.demo import demo_documents
 from ragloop.engines.tools import format_results
 from ragloop.testing import InMemoryRetriever

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ragloop import EvaluationResult, HeuristicReformulator, LoopIteration, ReformulationStrategy
-from ragloop.components.corpus import chunk_text
+from ragloop.components.heuristics.corpus import chunk_text
 from ragloop.core.text import normalize_query
 
 

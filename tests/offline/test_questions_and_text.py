@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragloop.components.questions import gives_answer_type, profile, question_parts
+from ragloop.components.heuristics.questions import gives_answer_type, profile, question_parts
 from ragloop.core.text import (
     code_names,
     entity_phrases,

@@ -90,7 +90,7 @@ def test_the_engines_do_not_import_the_wiring_until_asked():
     code = (
         "import sys, ragloop.engines.rag, ragloop.engines.agent, ragloop.engines.retrieval;"
         "wiring = ('ragloop.engines.defaults', 'ragloop.offline',"
-        " 'ragloop.retrieval.knowledge_base', 'ragloop.components.evaluators');"
+        " 'ragloop.kb.knowledge_base', 'ragloop.components.evaluators');"
         "loaded = [m for m in sys.modules if m.startswith(wiring)];"
         "assert not loaded, loaded"
     )

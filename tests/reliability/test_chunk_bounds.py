@@ -3,7 +3,7 @@ spaces.
 
 A 49 MB file holding one token became one 51 MB chunk; 300 kB of base64 and 3,000 CJK
 characters without spaces each became one chunk. Chunks are now bounded by
-:func:`~ragloop.retrieval.chunking.chunk_size` (``max_tokens + min_tokens``), which counts each
+:func:`~ragloop.kb.ingest.chunking.chunk_size` (``max_tokens + min_tokens``), which counts each
 character of an unspaced script and at least one token per ``CHARS_PER_TOKEN`` characters, so
 no chunk is longer than ``CHARS_PER_TOKEN * (max_tokens + min_tokens)`` characters; and no
 character is lost.
@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ragloop import Document, KnowledgeBase
-from ragloop.retrieval.chunking import (
+from ragloop.kb.ingest.chunking import (
     CHARS_PER_TOKEN,
     ChunkingConfig,
     chunk_document,
     chunk_size,
 )
-from ragloop.retrieval.readers import Block, ParsedDocument
+from ragloop.kb.readers import Block, ParsedDocument
 
 
 def _doc(*blocks: Block) -> ParsedDocument:

@@ -35,13 +35,13 @@ from ragloop import (
 from ragloop.core.jsonparse import Parsed, ParseFailure, parse_llm_json
 from ragloop.core.records import ModelResponse
 from ragloop.engines.tools import MAX_LIMIT, CollectionScope, SearchRequest, search_request
+from ragloop.kb.ingest.discover import SkipFile, load_file
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.observability.traces import TraceRecord, TraceStore, trace_steps
 from ragloop.providers.anthropic import AnthropicModel
 from ragloop.providers.openai_compat import OpenAICompatibleModel
 from ragloop.providers.tools import parse_arguments, parse_text_tool_calls
-from ragloop.retrieval.ingest import SkipFile, load_file
 from tests.reliability.strategies import JSON_VALUES, llm_replies, objects
 
 CHUNKS = [

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragloop import KnowledgeBase
-from ragloop.retrieval.ingest import SkipFile, load_file
+from ragloop.kb.ingest.discover import SkipFile, load_file
 from tests.reliability.unprivileged import run_unprivileged, shared_tmp
 
 GOOD = "# Tents\n\nTents are guaranteed for three years."

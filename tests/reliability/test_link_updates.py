@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ragloop import Document, KnowledgeBase
-from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
+from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
 
 NAMES = ["Canvas Tents", "Alpine Stove", "River Crossing", "Paris", "paris", "Night Sky", "Trail"]
 FILLER = ["word", "the", "tents", "stove", "camp", "river"]

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from ragloop import KnowledgeBase
-from ragloop.retrieval import readers
-from ragloop.retrieval.chunking import chunk_document
-from ragloop.retrieval.html_reader import read_html
+from ragloop.kb.ingest.chunking import chunk_document
+from ragloop.kb.readers import data as data_readers
+from ragloop.kb.readers.html import read_html
 
 
 def work(run: Callable[[], object]) -> int:
@@ -130,7 +130,7 @@ def test_ingest_memory_is_bounded_per_record(tmp_path):
     [("rows.csv", csv_rows), ("items.json", json_list), ("lines.jsonl", jsonl_lines)],
 )
 def test_a_file_over_the_record_cap_is_skipped_with_the_reason(tmp_path, monkeypatch, name, make):
-    monkeypatch.setattr(readers, "MAX_RECORDS", 500)
+    monkeypatch.setattr(data_readers, "MAX_RECORDS", 500)
     path = tmp_path / name
     path.write_text(make(501))
     kb = KnowledgeBase(tmp_path / "kb.sqlite", embedder=None)

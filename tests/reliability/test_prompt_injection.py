@@ -32,7 +32,7 @@ from ragloop import (
     StopReason,
     ToolCall,
 )
-from ragloop.components import prompts
+from ragloop.components.llm import prompts
 from ragloop.engines.tools import MAX_LIMIT, format_results
 from ragloop.providers.tools import to_text_protocol
 from ragloop.testing import FunctionModel

@@ -27,9 +27,9 @@ from hypothesis import strategies as st
 
 from ragloop import Document, KnowledgeBase
 from ragloop.cli import main as cli
+from ragloop.kb.stores.base import StoreError
+from ragloop.kb.stores.sqlite.store import MIGRATIONS, SQLiteStore
 from ragloop.observability.traces import TraceRecord, TraceStore
-from ragloop.retrieval.store import StoreError
-from ragloop.retrieval.store_sqlite import MIGRATIONS, SQLiteStore
 from tests.reliability.unprivileged import run_unprivileged, shared_tmp
 
 WORDS = [f"w{n:03d}{chr(97 + n % 26)}x" for n in range(400)]

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from ragloop import KnowledgeBase
 from ragloop.cli import main as cli
-from ragloop.retrieval.metadata import INTERNAL_METADATA, is_absolute_path, public_metadata
+from ragloop.kb.metadata import INTERNAL_METADATA, is_absolute_path, public_metadata
 from tests.server.conftest import auth, key_settings, serving
 
 LEAKS = ("mtime_ns", "ctime_ns", '"root"', "ragloop-upload-")

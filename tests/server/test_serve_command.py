@@ -106,7 +106,7 @@ def postgres_kb(postgres_server, request) -> str:
 
 
 def test_two_servers_over_one_postgresql_share_documents_and_traces(postgres_kb, tmp_path):
-    from ragloop.retrieval.store_postgres import PostgresKnowledgeBase
+    from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
 
     with PostgresKnowledgeBase(postgres_kb, embedder="hash") as kb:
         kb.add_documents(PUBLIC, collection="public")

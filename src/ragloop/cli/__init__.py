@@ -20,10 +20,6 @@ import click
 
 # name -> (module:attribute, the command's one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "agent-loop": (
-        "ragloop.cli.agent_loop:agent_loop",
-        "Gather evidence for QUERY with the retrieval loop (offline, no LLM).",
-    ),
     "ask": (
         "ragloop.cli.ask:ask",
         "Answer QUESTION from the knowledge base, showing each iteration of the loop.",
@@ -54,8 +50,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ragloop.cli.serve:serve",
         "Serve the HTTP API, its web page and MCP (needs ragloop[server]).",
     ),
+    "retrieval-loop": (
+        "ragloop.cli.retrieval_loop:retrieval_loop",
+        "Gather evidence for QUERY with the retrieval loop (offline, no LLM).",
+    ),
     "traces": ("ragloop.cli.traces:traces_group", "Look at the runs `ragloop ask` stored."),
 }
+# old names that still run their command, not listed by --help
+HIDDEN_ALIASES = {"agent-loop": "retrieval-loop"}
 
 
 class LazyGroup(click.Group):
@@ -65,6 +67,7 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd_name = HIDDEN_ALIASES.get(cmd_name, cmd_name)
         if cmd_name not in COMMANDS:
             return None
         module, attribute = COMMANDS[cmd_name][0].split(":")

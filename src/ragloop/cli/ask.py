@@ -23,14 +23,14 @@ from ragloop.cli.common import settings as config_settings
 from ragloop.cli.demo import open_demo
 from ragloop.cli.display import QUERY_CHARS, LiveSteps, render_answer
 from ragloop.cli.tables import Column, cell, print_table, shorten
-from ragloop.core.agent_records import AgentResult
 from ragloop.core.errors import RagloopError
-from ragloop.core.rag_records import LoopResult
+from ragloop.core.records.agent import AgentResult
+from ragloop.core.records.rag import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
+from ragloop.kb.knowledge_base import KnowledgeBase
 from ragloop.observability.traces import TraceRecorder, TraceStore, summarize
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
-from ragloop.retrieval.knowledge_base import KnowledgeBase
 
 Result = LoopResult | AgentResult
 

@@ -14,9 +14,9 @@ from rich.console import Console
 
 from ragloop.cli.tables import CONTROLS
 from ragloop.core.errors import ConfigError, RagloopError
-from ragloop.core.locations import is_postgres_dsn
-from ragloop.retrieval.knowledge_base import KnowledgeBase
-from ragloop.retrieval.metadata import public_metadata
+from ragloop.core.files import is_postgres_dsn
+from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.kb.metadata import public_metadata
 
 if TYPE_CHECKING:
     from ragloop.config import Settings
@@ -68,7 +68,7 @@ def open_kb(
     again when opening it fails (an embedder that cannot load leaves nothing behind)."""
     location = location or default_kb_location()
     if is_postgres_dsn(location):
-        from ragloop.retrieval.store_postgres import PostgresKnowledgeBase  # psycopg: slow import
+        from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase  # psycopg: slow import
 
         try:
             return PostgresKnowledgeBase(location, create=create, embedder=embedder)
@@ -106,7 +106,7 @@ EMBEDDER_HELP = (
 
 def check_embedder(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """An ``--embedder`` name ragloop knows, refused before any work otherwise."""
-    from ragloop.retrieval.embedders import EMBEDDERS, MODEL_IDS
+    from ragloop.kb.embedding.embedders import EMBEDDERS, MODEL_IDS
 
     name = MODEL_IDS.get(value, value)
     hashed = name.startswith("hash-") and name[5:].isdigit()

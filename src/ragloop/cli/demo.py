@@ -7,7 +7,7 @@ import click
 from ragloop.cli.common import errors
 from ragloop.core.errors import RagloopError
 from ragloop.demo import demo_kb_path, demo_knowledge_base
-from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.kb.knowledge_base import KnowledgeBase
 
 
 def open_demo() -> KnowledgeBase:

@@ -21,8 +21,9 @@ from ragloop.cli.common import (
 )
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
-from ragloop.retrieval.ingest import IngestInterrupted, IngestProgress, IngestReport
-from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.kb.ingest.discover import IngestInterrupted, IngestProgress, IngestReport
+from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.kb.stores.base import PreloadedIndexes
 
 
 @contextmanager
@@ -69,13 +70,13 @@ def prepare_indexes(kb: KnowledgeBase, quiet: bool) -> None:
     """Build and save the search indexes now (the SQLite store; at a million chunks the vector
     graph takes minutes), so the first search finds them ready. Stopped, the first search
     builds them instead: nothing is lost."""
-    load_indexes = getattr(kb.store, "load_indexes", None)
-    if load_indexes is None:  # PostgreSQL indexes as it writes
+    store = kb.store
+    if not isinstance(store, PreloadedIndexes):  # PostgreSQL indexes as it writes
         return
     status = nullcontext() if quiet else errors.status("preparing the search indexes")
     try:
         with status:
-            load_indexes(dense=kb.embedder is not None)
+            store.load_indexes(dense=kb.embedder is not None)
     except KeyboardInterrupt:
         click.echo("stopped: the first search will build the indexes", err=True)
         raise click.exceptions.Exit(130) from None

@@ -16,7 +16,7 @@ from ragloop.cli.common import (
 from ragloop.cli.demo import open_demo
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
-from ragloop.retrieval.knowledge_base import SEARCH_MODES
+from ragloop.kb.knowledge_base import SEARCH_MODES
 
 
 @click.command()

@@ -10,8 +10,8 @@ import click
 
 from ragloop.cli import config_option
 from ragloop.cli.common import default_kb_location, errors, kb_option, open_kb, settings
-from ragloop.core.locations import is_postgres_dsn
-from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.core.files import is_postgres_dsn
+from ragloop.kb.knowledge_base import KnowledgeBase
 
 DEMO_HELP = "Serve the demo knowledge base (built on first use) instead of --kb."
 

@@ -11,22 +11,22 @@ from typing import Any
 
 from pydantic import BaseModel, field_validator
 
-from ragloop.components.fitting import ask_fitted, cut_text, fit_chunk_prompt
 from ragloop.components.grounding import LexicalGrounder
-from ragloop.components.judging import (
+from ragloop.components.heuristics.judging import (
     COMPLETE_COVERAGE,
     Analysis,
     AnswerJudge,
     answer_probability,
 )
-from ragloop.components.prompts import evaluator_prompt, fence_chunk
-from ragloop.components.questions import QuestionProfile, profile
+from ragloop.components.heuristics.questions import QuestionProfile, profile
+from ragloop.components.llm.fitting import ask_fitted, cut_text, fit_chunk_prompt
+from ragloop.components.llm.prompts import evaluator_prompt, fence_chunk
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import LenientBool, ParseFailure, UnitScore, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
-from ragloop.core.rag_records import EvaluationResult
 from ragloop.core.records import Chunk
+from ragloop.core.records.rag import EvaluationResult
 
 UNPARSEABLE_PREFIX = "Evaluator returned unparseable response"
 
@@ -128,7 +128,7 @@ class HeuristicEvaluator:
     - **score**: the chance that the answer is right, from :class:`AnswerJudge`'s analysis
       (coverage of the question's terms and names, embedding similarity, the kind of answer
       asked for, words the documents never use, parts, grounding), calibrated on HotpotQA and
-      MuSiQue (:func:`~ragloop.components.judging.answer_probability`): the offline loops
+      MuSiQue (:func:`~ragloop.components.heuristics.judging.answer_probability`): the offline loops
       converge at 0.5 (``ragloop.offline.OFFLINE_CONFIDENCE``), where the judge finds the
       answer more likely right than wrong;
     - **grounded**: every answer sentence is supported by the chunks, lexically
@@ -145,7 +145,7 @@ class HeuristicEvaluator:
 
     ``corpus`` (a :class:`~ragloop.KnowledgeBase`, a retriever or a ``Corpus``) lets it check
     which words the documents use at all, follow the link graph and use the embedder. ``judge``
-    (an :class:`~ragloop.components.judging.AnswerJudge`) may be shared with an
+    (an :class:`~ragloop.components.heuristics.judging.AnswerJudge`) may be shared with an
     :class:`~ragloop.ExtractiveGenerator`, which then analyses each answer once for both.
     """
 

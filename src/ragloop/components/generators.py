@@ -1,7 +1,8 @@
 """Generators: answer the question from the retrieved chunks, citing them.
 
 - :class:`ExtractiveGenerator` needs no model: it picks the sentences of the chunks that best
-  answer the question (see :mod:`ragloop.components.extractive`) and returns them with numbered
+  answer the question (see :mod:`ragloop.components.heuristics.extractive`) and returns them with
+  numbered
   citations and a confidence.
 - :class:`LLMGenerator` asks a model for a short cited answer and its confidence.
 
@@ -18,8 +19,8 @@ from pydantic import BaseModel, field_validator
 
 from ragloop.components.citations import NO_ANSWER, UNSURE, with_sources
 from ragloop.components.citations import strip_citations as strip_citations  # re-exported
-from ragloop.components.corpus import Corpus
-from ragloop.components.extractive import (
+from ragloop.components.heuristics.corpus import Corpus
+from ragloop.components.heuristics.extractive import (
     Sentence,
     SentenceScorer,
     code_name_found,
@@ -29,18 +30,18 @@ from ragloop.components.extractive import (
     sentence_similarity,
     split_chunks,
 )
-from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
-from ragloop.components.judging import AnswerJudge, answer_probability
-from ragloop.components.naming import lead_with_name
-from ragloop.components.prompts import fence_chunk, generator_prompt
-from ragloop.components.questions import gives_answer_type, profile
+from ragloop.components.heuristics.judging import AnswerJudge, answer_probability
+from ragloop.components.heuristics.naming import lead_with_name
+from ragloop.components.heuristics.questions import gives_answer_type, profile
+from ragloop.components.llm.fitting import ask_fitted, fit_chunk_prompt
+from ragloop.components.llm.prompts import fence_chunk, generator_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, UnitScore, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
-from ragloop.core.rag_records import GeneratorOutput
 from ragloop.core.records import Chunk
+from ragloop.core.records.rag import GeneratorOutput
 from ragloop.core.text import content_stems
 
 
@@ -60,7 +61,7 @@ class ExtractiveGenerator:
     ("Which module should I use to ...?") is answered with the name of the API the passage
     documents, from its heading, then the sentence that says what it is for: "`timeit`: This
     module provides a simple way to time small bits of Python code."
-    (:mod:`ragloop.components.naming`).
+    (:mod:`ragloop.components.heuristics.naming`).
 
     An answer whose confidence is below ``unsure_below`` (0.5) starts with "The documents may
     not answer this; the closest they come:" (:data:`~ragloop.components.citations.UNSURE`),
@@ -68,7 +69,7 @@ class ExtractiveGenerator:
 
     ``confidence`` is the chance that the answer is right, as
     :class:`~ragloop.HeuristicEvaluator` would score it
-    (:func:`~ragloop.components.judging.answer_probability`, calibrated on HotpotQA).
+    (:func:`~ragloop.components.heuristics.judging.answer_probability`, calibrated on HotpotQA).
     """
 
     def __init__(
@@ -163,7 +164,7 @@ class LLMGenerator:
     The reply is bounded by ``max_tokens`` (default 512, ``DEFAULT_MAX_TOKENS["generator"]``;
     never more than the model's own ``max_tokens``); a reply cut by it is read as far as it
     goes. The prompt fits the model's context window: the chunks are kept in rank order and
-    the lowest-ranked ones left out (see :mod:`ragloop.components.fitting`).
+    the lowest-ranked ones left out (see :mod:`ragloop.components.llm.fitting`).
     """
 
     def __init__(

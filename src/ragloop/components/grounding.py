@@ -17,16 +17,16 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from ragloop.components.corpus import chunk_text
-from ragloop.components.fitting import ask_fitted, fit_chunk_prompt
-from ragloop.components.prompts import judge_chunk, judge_prompt
-from ragloop.core.agent_records import GroundedSpan, Grounding, SpanSource, Verdict
+from ragloop.components.heuristics.corpus import chunk_text
+from ragloop.components.llm.fitting import ask_fitted, fit_chunk_prompt
+from ragloop.components.llm.prompts import judge_chunk, judge_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError, GroundingError
 from ragloop.core.jsonparse import ParseFailure, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Chunk
+from ragloop.core.records.agent import GroundedSpan, Grounding, SpanSource, Verdict
 from ragloop.core.text import content_terms, is_number
 
 

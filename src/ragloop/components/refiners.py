@@ -17,12 +17,12 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import cast
 
-from ragloop.components.rewriting import Evidence, relation_terms
+from ragloop.components.heuristics.rewriting import Evidence, relation_terms
 from ragloop.core.calls import call, method, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import QueryRefiner
 from ragloop.core.records import Chunk
-from ragloop.core.retrieval_records import RefineContext
+from ragloop.core.records.retrieval import RefineContext
 from ragloop.core.text import STOPWORDS, content_terms, normalize_query, tokenize
 
 

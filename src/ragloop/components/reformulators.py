@@ -1,7 +1,8 @@
 """Reformulators: rewrite the retrieval query after a failing iteration.
 
 :class:`HeuristicReformulator` picks a strategy from the evaluator's reason with ragsnag's keyword
-table and rewrites the query without an LLM (see :mod:`ragloop.components.rewriting` for what
+table and rewrites the query without an LLM (see :mod:`ragloop.components.heuristics.rewriting` for
+what
 each strategy does). :class:`LLMReformulator` asks an LLM and falls back to the heuristic one.
 """
 
@@ -12,15 +13,15 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, model_validator
 
-from ragloop.components.corpus import Corpus
-from ragloop.components.fitting import ask_fitted, estimate_tokens
-from ragloop.components.prompts import reformulator_prompt
-from ragloop.components.rewriting import rewrite, tried_queries
+from ragloop.components.heuristics.corpus import Corpus
+from ragloop.components.heuristics.rewriting import rewrite, tried_queries
+from ragloop.components.llm.fitting import ask_fitted, estimate_tokens
+from ragloop.components.llm.prompts import reformulator_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
-from ragloop.core.rag_records import LoopIteration, ReformulationOutput, ReformulationStrategy
+from ragloop.core.records.rag import LoopIteration, ReformulationOutput, ReformulationStrategy
 from ragloop.core.text import normalize_query
 
 # ragsnag's table, in its order: the first strategy with a matching keyword wins.
@@ -89,7 +90,8 @@ class HeuristicReformulator:
     ragsnag's, every strategy returns a query that differs from every query already tried.
 
     ``corpus`` (a :class:`~ragloop.KnowledgeBase`, a retriever, or a
-    :class:`~ragloop.components.corpus.Corpus`) lets the strategies consult the knowledge base
+    :class:`~ragloop.components.heuristics.corpus.Corpus`) lets the strategies consult the
+    knowledge base
     itself, not only the chunks earlier iterations retrieved: related terms from a wider search
     and the embedder, replacements for words the documents never use, and the link graph's
     next hops (see ``docs/reformulation.md``).

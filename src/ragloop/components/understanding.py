@@ -14,15 +14,15 @@ from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator
 
-from ragloop.components.fitting import ask_fitted
-from ragloop.components.prompts import understanding_prompt
-from ragloop.components.rewriting import split_clauses
+from ragloop.components.heuristics.rewriting import split_clauses
+from ragloop.components.llm.fitting import ask_fitted
+from ragloop.components.llm.prompts import understanding_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
 from ragloop.core.errors import ConfigError
 from ragloop.core.jsonparse import ParseFailure, StrList, lenient_enum, parse_llm_json
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
-from ragloop.core.retrieval_records import QueryShape, UnderstoodQuery
+from ragloop.core.records.retrieval import QueryShape, UnderstoodQuery
 from ragloop.core.text import QUESTION_WORDS, entity_phrases, is_number, tokenize
 
 Glossary = Mapping[str, "str | Sequence[str]"]

@@ -40,7 +40,7 @@ the run with ``StopReason.ERROR`` and keeps the partial trace and the message.
 
 Not an error: ``ragloop.IngestInterrupted`` is the ``KeyboardInterrupt`` of an interrupted
 ingest, carrying the report of what was saved (it lives with the ingest report, in
-``ragloop.retrieval.ingest``).
+``ragloop.kb.ingest.discover``).
 
 Running out of budget is never an exception at the engine boundary: the engine returns its best
 partial result with the matching ``StopReason``. ``AgentLoop`` goes further: it never raises

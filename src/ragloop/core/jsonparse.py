@@ -158,24 +158,41 @@ _PY_LITERAL_TOKENS = re.compile(r"(\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*')|\b(tr
 _PY_LITERALS = {"true": "True", "false": "False", "null": "None"}
 
 
+class _Strings:
+    """Where a scan of JSON text, one character at a time, is inside a string (escapes
+    honoured): the one lexing rule both scans below share."""
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.escaped = False
+
+    def open(self) -> None:
+        self.in_string = True
+
+    def inside(self, ch: str) -> bool:
+        """Whether ``ch`` belongs to an open string (its closing quote included)."""
+        if not self.in_string:
+            return False
+        if self.escaped:
+            self.escaped = False
+        elif ch == "\\":
+            self.escaped = True
+        elif ch == '"':
+            self.in_string = False
+        return True
+
+
 def _object_spans(text: str) -> list[str]:
     """Top-level ``{...}`` spans in order, skipping braces inside JSON strings."""
     spans: list[str] = []
     depth = 0
     start = 0
-    in_string = False
-    escaped = False
+    strings = _Strings()
     for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
+        if strings.inside(ch):
             continue
         if ch == '"' and depth > 0:  # quotes in prose outside an object are ignored
-            in_string = True
+            strings.open()
         elif ch == "{":
             if depth == 0:
                 start = i
@@ -304,20 +321,14 @@ def close_cut_json(text: str) -> dict[str, Any] | None:
     if start < 0:
         return None
     stack: list[str] = []
-    in_string = escaped = False
+    strings = _Strings()
     cuts: list[tuple[int, str]] = []  # (end of the kept prefix, what closes it)
     body = text[start:MAX_SCAN_CHARS]
     for i, ch in enumerate(body):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
+        if strings.inside(ch):
             continue
         if ch == '"':
-            in_string = True
+            strings.open()
         elif ch in _CLOSERS:
             stack.append(_CLOSERS[ch])
             cuts.append((i + 1, "".join(reversed(stack))))
@@ -330,9 +341,9 @@ def close_cut_json(text: str) -> dict[str, Any] | None:
             cuts.append((i, "".join(reversed(stack))))
     else:
         # where the reply stops, unless it stops inside a number, which may be cut short
-        if in_string or not re.search(r"[\d.eE+-]$", body.rstrip()):
-            end = len(body) - 1 if escaped else len(body)  # drop a lone escape character
-            cuts.append((end, ('"' if in_string else "") + "".join(reversed(stack))))
+        if strings.in_string or not re.search(r"[\d.eE+-]$", body.rstrip()):
+            end = len(body) - 1 if strings.escaped else len(body)  # drop a lone escape character
+            cuts.append((end, ('"' if strings.in_string else "") + "".join(reversed(stack))))
     for end, closer in reversed(cuts[-_CUT_POINTS_TRIED:]):
         found = _first_object(_load(body[:end] + closer))
         if found is not None:

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # annotations only: a protocol checks that methods exist, so importing the
     # protocols (the knowledge base does, for Embedder) builds none of these models
-    from ragloop.core.agent_records import Grounding
-    from ragloop.core.rag_records import (
+    from ragloop.core.records import Chunk, Message, ModelResponse, Tool, Usage
+    from ragloop.core.records.agent import Grounding
+    from ragloop.core.records.rag import (
         EvaluationResult,
         GeneratorOutput,
         LoopIteration,
         ReformulationOutput,
     )
-    from ragloop.core.records import Chunk, Message, ModelResponse, Tool, Usage
-    from ragloop.core.retrieval_records import RefineContext, UnderstoodQuery
+    from ragloop.core.records.retrieval import RefineContext, UnderstoodQuery
 
 
 @runtime_checkable

@@ -41,7 +41,7 @@ QUESTION_WORDS = frozenset("what which who whom whose when where why how".split(
 def _general_vocabulary() -> frozenset[str]:
     """The whole words of the MiniLM WordPiece vocabulary (about 22,000 words of general
     English that the tokenizer keeps whole); empty if the vocabulary cannot be read."""
-    path = resources.files("ragloop.retrieval") / "models" / "minilm-tokenizer.json"
+    path = resources.files("ragloop.kb.embedding") / "models" / "minilm-tokenizer.json"
     try:
         vocab = json.loads(path.read_text(encoding="utf-8"))["model"]["vocab"]
     except (OSError, ValueError, KeyError, TypeError):

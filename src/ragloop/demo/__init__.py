@@ -20,8 +20,8 @@ from pathlib import Path
 
 import platformdirs
 
-from ragloop.retrieval.embedders import default_embedder
-from ragloop.retrieval.knowledge_base import Document, KnowledgeBase
+from ragloop.kb.embedding.embedders import default_embedder
+from ragloop.kb.knowledge_base import Document, KnowledgeBase
 
 CACHE_ENV = "RAGLOOP_DEMO_DIR"
 

@@ -13,8 +13,24 @@ caller, by the CLI, or by an engine's ``offline`` constructor asking its default
   ``loop_search.py``: a RetrievalLoop as another engine's retriever or search tool.
 """
 
-from ragloop.engines.agent import AgentLoop
-from ragloop.engines.options import LoopConfig
-from ragloop.engines.rag import RAGLoop
+from ragloop.core.imports import lazy_face
 
-__all__ = ["AgentLoop", "LoopConfig", "RAGLoop"]
+_FACE = lazy_face(
+    __name__,
+    {
+        "ragloop.engines.agent": ("AgentLoop",),
+        "ragloop.engines.grounding": ("aground", "ground"),
+        "ragloop.engines.options": ("LoopConfig", "RetrievalLoopConfig"),
+        "ragloop.engines.rag": ("RAGLoop",),
+        "ragloop.engines.retrieval": ("RetrievalLoop",),
+    },
+)
+__all__ = _FACE.names
+
+
+def __getattr__(name: str) -> object:
+    return _FACE.resolve(name)
+
+
+def __dir__() -> list[str]:
+    return _FACE.dir()

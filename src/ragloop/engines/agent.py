@@ -19,7 +19,7 @@ Arcana.Loop's rules:
 Every model call is bounded (``max_tokens``: one bound for all, or one per role, ``controller``,
 ``answerer``, ``synthesizer``; default ``DEFAULT_MAX_TOKENS``) and its conversation fitted to
 the model's context window: the system prompt, the question and the latest turn stay, older
-tool results give way first (:func:`ragloop.components.fitting.fit_messages`). The run keeps
+tool results give way first (:func:`ragloop.components.llm.fitting.fit_messages`). The run keeps
 the whole conversation in ``messages``; ``llm_calls`` says what each call was sent without.
 
 And beyond Arcana: budgets checked before every model call and tool batch, a cap on tool calls
@@ -35,14 +35,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
-from ragloop.components.prompts import agent_system_prompt
-from ragloop.core.agent_records import AgentResult
+from ragloop.components.llm.prompts import agent_system_prompt
 from ragloop.core.budget import Budget, check_budget
 from ragloop.core.calls import ChatFn, call, is_chat_model
 from ragloop.core.errors import ConfigError
 from ragloop.core.limits import check_max_tokens
 from ragloop.core.protocols import ChatModel, Retriever
 from ragloop.core.records import Tool
+from ragloop.core.records.agent import AgentResult
 from ragloop.engines._run import Engine
 from ragloop.engines.agent_run import AgentRun
 from ragloop.engines.grounding import aground, ground

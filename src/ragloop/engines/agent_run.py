@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ragloop.components.citations import citation_refs
-from ragloop.components.fitting import complete_fitted
-from ragloop.components.prompts import agent_answer_prompt, agent_synthesis_prompt
-from ragloop.core.agent_records import AgentResult, ToolHistoryEntry
+from ragloop.components.llm.fitting import complete_fitted
+from ragloop.components.llm.prompts import agent_answer_prompt, agent_synthesis_prompt
 from ragloop.core.budget import Budget, BudgetTracker
 from ragloop.core.calls import ChatFn, call
 from ragloop.core.errors import BudgetExceeded, ComponentError
 from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
+from ragloop.core.records.agent import AgentResult, ToolHistoryEntry
 from ragloop.engines._run import finish
 from ragloop.engines.options import Synthesizer
 from ragloop.engines.tools import (

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ragloop.core.agent_records import AgentResult, Grounding
 from ragloop.core.calls import call, has_method, method, run_sync
 from ragloop.core.errors import ComponentError
 from ragloop.core.protocols import Grounder
+from ragloop.core.records.agent import AgentResult, Grounding
 from ragloop.observability.events import EventKind
 from ragloop.observability.run import RunTelemetry
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ragloop.core.records import Chunk, Scope
 from ragloop.engines.retrieval import RetrievalLoop
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 
 
 class RetrievalLoopRetriever:

@@ -16,9 +16,9 @@ from ragloop.core.budget import Budget, check_budget
 from ragloop.core.calls import ChatFn, GenerateFn
 from ragloop.core.errors import ConfigError
 from ragloop.core.protocols import ChatModel, Evaluator, Generator, Reformulator
-from ragloop.core.rag_records import LoopIteration
 from ragloop.core.records import Chunk, Message, Tool
-from ragloop.core.retrieval_records import RetrievalIteration
+from ragloop.core.records.rag import LoopIteration
+from ragloop.core.records.retrieval import RetrievalIteration
 
 OnIteration = Callable[[LoopIteration], Any]
 Synthesizer = Callable[[list[Message]], "str | Awaitable[str]"]

@@ -32,14 +32,14 @@ from ragloop.core.calls import call, has_method, method
 from ragloop.core.errors import BudgetExceeded, ComponentError, ConfigError
 from ragloop.core.limits import LLMCall, collect_calls
 from ragloop.core.protocols import Evaluator, Generator, Reformulator, Retriever
-from ragloop.core.rag_records import (
+from ragloop.core.records import Chunk, StopReason, Usage
+from ragloop.core.records.rag import (
     EvaluationResult,
     GeneratorOutput,
     LoopIteration,
     LoopResult,
     ReformulationOutput,
 )
-from ragloop.core.records import Chunk, StopReason, Usage
 from ragloop.core.text import normalize_query
 from ragloop.engines._run import Engine, finish
 from ragloop.engines.options import LoopConfig, OnIteration, RAGLoopOptions

@@ -38,7 +38,7 @@ from ragloop.core.protocols import (
     Retriever,
     Router,
 )
-from ragloop.core.retrieval_records import RetrievalResult
+from ragloop.core.records.retrieval import RetrievalResult
 from ragloop.engines._run import Engine
 from ragloop.engines.options import (
     RetrievalLoopConfig,
@@ -50,7 +50,7 @@ from ragloop.observability.run import RunTelemetry
 from ragloop.observability.stream import RunStream, stream_run
 
 if TYPE_CHECKING:
-    from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+    from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 
 __all__ = ["RetrievalLoop", "RetrievalLoopConfig", "RetrievalLoopOptions"]
 

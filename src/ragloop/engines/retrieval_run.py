@@ -28,7 +28,7 @@ from ragloop.core.protocols import (
     Router,
 )
 from ragloop.core.records import Chunk, StopReason, Usage
-from ragloop.core.retrieval_records import (
+from ragloop.core.records.retrieval import (
     CacheStats,
     RefineContext,
     RetrievalIteration,
@@ -44,10 +44,10 @@ from ragloop.engines.options import (
     RetrievalRunOptions,
     ShouldContinue,
 )
+from ragloop.kb.embedding.embedders import embed_queries
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
 from ragloop.observability.run import RunTelemetry
-from ragloop.retrieval.embedders import embed_queries
 
 T = TypeVar("T")
 # Evidence found further from the question is less sure to matter (each hop can go astray): a

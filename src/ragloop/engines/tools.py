@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ragloop.components.prompts import fence
+from ragloop.components.llm.prompts import fence
 from ragloop.core.calls import call, has_method, method
 from ragloop.core.errors import ComponentError, ConfigError
 from ragloop.core.jsonparse import ParseFailure, validate_llm_object

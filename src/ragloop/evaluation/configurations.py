@@ -10,14 +10,14 @@ from typing import Any, cast
 from ragloop.components.generators import strip_citations
 from ragloop.core.calls import call, method
 from ragloop.core.protocols import ChatModel, Embedder
-from ragloop.core.rag_records import LoopIteration, LoopResult
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool
+from ragloop.core.records.rag import LoopIteration, LoopResult
 from ragloop.engines.agent import AgentLoop
 from ragloop.engines.rag import RAGLoop
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.evaluation.datasets import EvalDataset, iter_documents
 from ragloop.evaluation.harness import Configuration, Outcome, ranked_passages
-from ragloop.retrieval.knowledge_base import Document, KnowledgeBase, SearchMode
+from ragloop.kb.knowledge_base import Document, KnowledgeBase, SearchMode
 
 DEPTH = 20  # passages every configuration returns (the largest k scored)
 

@@ -10,6 +10,7 @@
   :class:`~ragloop.observability.run.RunTelemetry` is what an engine uses for one run.
 """
 
+from ragloop.core.imports import lazy_face
 from ragloop.observability.events import (
     EventKind,
     JsonFormatter,
@@ -21,15 +22,27 @@ from ragloop.observability.events import (
 from ragloop.observability.run import RunTelemetry, current_run
 from ragloop.observability.settings import set_trace_content, trace_content_enabled
 
+# the trace store loads when first named: most runs record no trace
+_TRACES = lazy_face(
+    __name__, {"ragloop.observability.traces": ("TraceRecord", "TraceRecorder", "TraceStore")}
+)
+
 __all__ = [
     "EventKind",
     "JsonFormatter",
     "Listening",
     "LoopEvent",
     "RunTelemetry",
+    "TraceRecord",
+    "TraceRecorder",
+    "TraceStore",
     "current_run",
     "install_json_logging",
     "listen",
     "set_trace_content",
     "trace_content_enabled",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return _TRACES.resolve(name)

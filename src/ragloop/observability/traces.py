@@ -14,7 +14,7 @@ ids, sources and scores), whatever the switch; ``content=None`` follows the swit
 ``TraceRecord.content`` says which kind a trace is.
 
 The store is its own SQLite file, beside the knowledge base by default
-(:func:`ragloop.core.locations.traces_path_for`): traces are the user's history, not the
+(:func:`ragloop.core.files.traces_path_for`): traces are the user's history, not the
 corpus, so a knowledge base can be shared or rebuilt without them, and a read-only or cached
 knowledge base still gets traces.
 """
@@ -37,9 +37,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
-from ragloop.core.locations import traces_path_for as traces_path_for
+from ragloop.core.files import traces_path_for as traces_path_for
+from ragloop.core.files import use_wal
 from ragloop.core.redaction import redact_all
-from ragloop.core.sqlite_wal import use_wal
 from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
 from ragloop.observability.settings import trace_content_enabled
 

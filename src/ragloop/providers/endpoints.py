@@ -14,13 +14,14 @@ there; pass ``api_key=`` to send one.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import httpx
 
-from ragloop.core.errors import ConfigError
+from ragloop.core.errors import ConfigError, ModelError
 
 
 @dataclass(frozen=True)
@@ -123,3 +124,29 @@ def resolve_endpoint(
     else:
         reason = f"no API key: set {' or '.join(k for k, *_ in pairs)}, or pass api_key="
     return Endpoint(base, None, public, reason)
+
+
+# -- the switch: whether a request may go there at all ----------------------------------------
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_allowed(url: httpx.URL) -> None:
+    """Raise :class:`~ragloop.ModelError` if the switch forbids a request to ``url``."""
+    from ragloop import providers  # the switch lives on the package, where users set it
+
+    allowed = providers.ALLOW_MODEL_REQUESTS
+    if allowed is True or (allowed == "loopback" and is_loopback(url.host)):
+        return
+    raise ModelError(
+        f"model requests are switched off (ragloop.providers.ALLOW_MODEL_REQUESTS = "
+        f"{allowed!r}); refused a request to {url}. In tests use ragloop.testing.ScriptedModel, "
+        "or override_allow_model_requests('loopback') for a server on 127.0.0.1"
+    )

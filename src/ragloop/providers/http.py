@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import functools
-import ipaddress
 import json
 import logging
 import ssl
@@ -77,7 +76,7 @@ from ragloop.core.errors import (
 from ragloop.core.records import StopReason
 from ragloop.core.redaction import redact, register_secret
 from ragloop.observability.settings import trace_content_enabled
-from ragloop.providers.endpoints import Endpoint
+from ragloop.providers.endpoints import Endpoint, check_allowed
 
 logger = logging.getLogger("ragloop.providers")
 
@@ -127,32 +126,6 @@ class RetryPolicy:
             value = getattr(self, name)
             if not value >= 0:  # also rejects NaN
                 raise ConfigError(name, f"must be >= 0, got {value!r}")
-
-
-# -- the switch ---------------------------------------------------------------------------------
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_allowed(url: httpx.URL) -> None:
-    """Raise :class:`~ragloop.ModelError` if the switch forbids a request to ``url``."""
-    from ragloop import providers  # the switch lives on the package, where users set it
-
-    allowed = providers.ALLOW_MODEL_REQUESTS
-    if allowed is True or (allowed == "loopback" and _is_loopback(url.host)):
-        return
-    raise ModelError(
-        f"model requests are switched off (ragloop.providers.ALLOW_MODEL_REQUESTS = "
-        f"{allowed!r}); refused a request to {url}. In tests use ragloop.testing.ScriptedModel, "
-        "or override_allow_model_requests('loopback') for a server on 127.0.0.1"
-    )
 
 
 # -- errors -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from ragloop.components.prompts import fence
+from ragloop.components.llm.prompts import fence
 from ragloop.core.jsonparse import ParseFailure, extract_json_object, parse_llm_json
 from ragloop.core.records import Message, ModelResponse, Tool, ToolCall
 

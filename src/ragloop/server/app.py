@@ -29,12 +29,12 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
 from starlette.routing import Route
 
-from ragloop.core.agent_records import AgentResult
-from ragloop.core.rag_records import LoopResult
-from ragloop.core.retrieval_records import RetrievalResult
+from ragloop.core.records.agent import AgentResult
+from ragloop.core.records.rag import LoopResult
+from ragloop.core.records.retrieval import RetrievalResult
+from ragloop.kb.ingest.sources import upload_names
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
-from ragloop.retrieval.sources import upload_names
 from ragloop.server import errors, openai_compat
 from ragloop.server.access import CallerDep, LocalGuard
 from ragloop.server.disconnect import unless_disconnected

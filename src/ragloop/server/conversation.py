@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from ragloop.components.prompts import DATA_RULE, fence
+from ragloop.components.llm.prompts import DATA_RULE, fence
 from ragloop.core.calls import ask
 from ragloop.core.jsonparse import ParseFailure, parse_llm_json
 from ragloop.core.records import Usage

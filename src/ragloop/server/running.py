@@ -13,7 +13,7 @@ from typing import Any
 import uvicorn
 
 from ragloop.config import Settings
-from ragloop.retrieval.knowledge_base import KnowledgeBase
+from ragloop.kb.knowledge_base import KnowledgeBase
 from ragloop.server.protocol import DEFAULT_HEADER_TIMEOUT_S, uvicorn_options
 
 

@@ -13,8 +13,8 @@ from starlette.responses import JSONResponse
 from ragloop.components.citations import Citation
 from ragloop.core.budget import Budget, BudgetSpend
 from ragloop.core.records import Chunk, Usage
-from ragloop.retrieval.knowledge_base import Document
-from ragloop.retrieval.metadata import public_metadata
+from ragloop.kb.knowledge_base import Document
+from ragloop.kb.metadata import public_metadata
 
 EngineName = Literal["rag", "agent", "retrieval"]
 Collections = str | list[str] | None

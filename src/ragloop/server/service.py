@@ -22,9 +22,11 @@ from typing import Any
 from ragloop.config import Settings, default_kb_location, kb_traces_file
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError, TraceNotFound
-from ragloop.core.locations import traces_path_for
+from ragloop.core.files import traces_path_for
 from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
+from ragloop.kb.knowledge_base import KnowledgeBase, SearchMode
+from ragloop.kb.stores.base import DocumentRecord
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.stream import RunStream
 from ragloop.observability.traces import (
@@ -35,8 +37,6 @@ from ragloop.observability.traces import (
 )
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
-from ragloop.retrieval.knowledge_base import KnowledgeBase, SearchMode
-from ragloop.retrieval.store import DocumentRecord
 from ragloop.server.access import AccessControl, AccessDenied, Caller
 from ragloop.server.errors import Refusal, ServerMisconfigured
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
-from ragloop.components.controller import OfflineController
-from ragloop.components.corpus import Corpus
+from ragloop.components.heuristics.controller import OfflineController
+from ragloop.components.heuristics.corpus import Corpus
 from ragloop.core.calls import ChatFn
 from ragloop.core.errors import check_options
 from ragloop.core.protocols import ChatModel, Retriever
 from ragloop.engines.defaults.rag import OFFLINE_CONFIDENCE, retriever_of
 from ragloop.engines.options import AgentLoopOptions, SearchFn
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever, SearchMode
+from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever, SearchMode
 
 
 @dataclass

@@ -13,16 +13,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from ragloop.components.corpus import Corpus
 from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
 from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
-from ragloop.components.judging import AnswerJudge
+from ragloop.components.heuristics.corpus import Corpus
+from ragloop.components.heuristics.judging import AnswerJudge
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
 from ragloop.core.calls import has_method
 from ragloop.core.errors import ConfigError, check_options
 from ragloop.core.protocols import Evaluator, Generator, Reformulator, Retriever
 from ragloop.engines.options import LoopConfig, RAGLoopOptions
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 
 # The offline judge's score is a calibrated chance of being right (HeuristicEvaluator), and a
 # quoted answer's chance seldom passes 0.8 even when it is right (BENCHMARKS.md: reliability of

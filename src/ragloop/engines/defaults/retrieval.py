@@ -39,11 +39,11 @@ from ragloop.core.protocols import (
     QueryUnderstander,
     Router,
 )
-from ragloop.core.retrieval_records import QueryShape
+from ragloop.core.records.retrieval import QueryShape
 from ragloop.engines.options import RetrievalLoopConfig, RetrievalLoopOptions
-from ragloop.retrieval.embedding_cache import SemanticEmbeddingCache
-from ragloop.retrieval.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
-from ragloop.retrieval.routing import RetrievalRouter
+from ragloop.kb.embedding.cache import SemanticEmbeddingCache
+from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
+from ragloop.kb.routing import RetrievalRouter
 
 # what retrieval_parts sets where RetrievalLoopConfig's defaults are not the best offline
 OFFLINE_DEFAULTS: dict[str, Any] = {

@@ -1,0 +1,584 @@
+"""Sentence-level evidence: which sentences of the retrieved chunks answer a question.
+
+Shared by :class:`~ragloop.ExtractiveGenerator` (which picks the sentences) and
+:class:`~ragloop.HeuristicEvaluator` (which checks what they cover). A sentence is scored by
+
+- **lexical coverage**: the question's terms it contains, each weighted by its rarity among the
+  candidate sentences (idf), names counting more; the chunk's title and headings count for half,
+  since a passage often names its subject only there ("It weighs 1.6 kg" under "Skylark 2");
+- **names**: the share of the question's named entities it mentions (with its context);
+- **answer type**: whether it holds what the question asks for (a duration for "how long", an
+  amount for "how much does it cost", ...); a sentence without it scores ``UNTYPED_FACTOR`` of
+  what it would;
+- **embedding similarity** to the question, when an embedder is given;
+- the chunk's **retrieval score**.
+
+With an embedder, a question term the best sentences do not contain counts (for
+``SOFT_WEIGHT``) when one of their words is close to it in embedding space ("founded" and
+"established"): :func:`soft_matches`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from ragloop.components.heuristics.corpus import Corpus, chunk_context
+from ragloop.components.heuristics.questions import QuestionProfile, gives_answer_type, profile
+from ragloop.core.records import Chunk
+from ragloop.core.text import (
+    PassageUnit,
+    code_names,
+    content_stems,
+    content_terms,
+    entity_phrases,
+    loose_stems,
+    passage_units,
+    stem,
+    tokenize,
+)
+
+# A sentence's score is a logistic function of its features, with and without an embedder;
+# the coefficients are fitted by benchmarks/calibrate_offline.py on HotpotQA questions outside
+# the benchmarks' samples (a sentence is right when it contains the gold answer).
+SENTENCE_FEATURES = ("lexical", "names", "type", "untyped", "similarity", "prior", "lead")
+SENTENCE_COEFFICIENTS = {
+    "bias": -5.51,
+    "lexical": 2.29,
+    "names": 0.36,
+    "type": 0.70,
+    "untyped": -0.70,
+    "similarity": 1.25,
+    "prior": 1.69,
+    "lead": 0.78,
+}
+SENTENCE_LEXICAL = {
+    "bias": -5.15,
+    "lexical": 2.42,
+    "names": 0.43,
+    "type": 0.75,
+    "untyped": -0.75,
+    "prior": 2.08,
+    "lead": 0.83,
+}
+CONTEXT_WEIGHT = 0.5
+MAX_SENTENCE_CHARS = 600
+SOFT_SIMILARITY = 0.55  # word-to-word cosine at which a word says a question term in other words
+SOFT_WEIGHT = 0.8
+SOFT_CANDIDATES = 10  # best sentences checked for soft matches
+EMBEDDED_SENTENCES = 32  # best sentences (scored without similarity) that get embedded
+STAND_INS = 4  # corpus words that may stand for a question word the corpus never uses
+CODE_FACTOR = 0.7  # a piece of code, against a sentence that says the same
+LOOSE_WEIGHT = 0.25  # a question term found only inside a longer compound name
+CONTINUATION_GAP = 2.0  # log-odds below the best sentence a continuation may score ...
+BRIDGE_GAP = 3.5  # ... and one that follows a name the chosen sentences introduce
+MIN_GAIN = 0.2  # share of the question's weight a further sentence must add
+TYPED_GAP = 2.0  # log-odds below the best a sentence giving the value asked for may score
+# answer types whose presence a pattern checks reliably (a person's or a place's name is not)
+VALUE_TYPES = frozenset(
+    {"weight", "amount", "duration", "time", "number", "date", "exception", "version", "default"}
+)
+POINTER_SHARE = 0.3  # share of a sentence's new words a name must make up to be a pointer
+
+
+@dataclass
+class Sentence:
+    """One unit of a retrieved chunk (a sentence, a table row or a piece of code), with what
+    matching needs."""
+
+    text: str
+    chunk: int  # index of its chunk in the retrieved list
+    position: int  # its place in the chunk
+    context: str  # the chunk's title and headings, and the heading it sits under in the chunk
+    stems: frozenset[str]
+    context_stems: frozenset[str]
+    soft_stems: frozenset[str] = frozenset()  # question terms it says in other words
+    score: float = 0.0
+    features: dict[str, float] = field(default_factory=dict)
+    kind: str = "prose"  # "prose" | "row" | "code" | "signature"
+    heading: str = ""  # the heading it sits under inside its chunk, else the chunk's last one
+    loose_stems: frozenset[str] = frozenset()  # stems it has only inside compound names
+    lead: bool = False  # the first unit of its chunk, or the first under a heading in it
+    title: str = ""  # the title of its chunk's document
+
+    def has_name(self, name: str) -> bool:
+        words = set(tokenize(name))
+        return bool(words) and words <= set(tokenize(f"{self.context} {self.text}"))
+
+    def names_code(self, name: str) -> float:
+        """How exactly it names a code name of the question (:func:`code_name_found`)."""
+        return code_name_found(
+            name, f"{self.context} {self.text}", self.stems | self.context_stems, self.loose_stems
+        )
+
+
+def code_name_found(
+    name: str, where: str, stems: frozenset[str], loose: frozenset[str] = frozenset()
+) -> float:
+    """How exactly ``where`` (a text with its stems) names a code name: 1.0 verbatim (a
+    dotted name also by its last part), 0.5 when only the words of the name occur, on their
+    own rather than inside other names, else 0."""
+    text = where.lower()
+    wanted = name.lower()
+    tail = name.rsplit(".", 1)[-1]
+    # the last part alone in its own case: ``typing.Self`` is not any "self"
+    if re.search(rf"(?<![\w.]){re.escape(wanted)}(?!\w)", text) or (
+        tail != name and re.search(rf"(?<!\w){re.escape(tail)}(?!\w)", where)
+    ):
+        return 1.0
+    words = [stem(t) for t in tokenize(tail)]
+    return 0.5 if words and all(w in stems and w not in loose for w in words) else 0.0
+
+
+def split_chunks(chunks: Sequence[Chunk], *, with_signatures: bool = False) -> list[Sentence]:
+    """Every unit of the chunks (:func:`~ragloop.core.text.passage_units`), headings
+    and fragments without content words left out. ``with_signatures`` (for a question about a
+    default value): an API signature with default values that heads a chunk
+    (``Fraction.limit_denominator(max_denominator=1000000)``) is a unit too, once."""
+    out: list[Sentence] = []
+    signatures: set[str] = set()
+    for index, chunk in enumerate(chunks):
+        base = chunk_context(chunk)
+        title = str(chunk.metadata.get("title") or "").strip()
+        path = [str(h).replace("¶", "").strip() for h in chunk.metadata.get("heading_path") or []]
+        base_stems = frozenset(content_stems(base))
+        units = passage_units(chunk.content)
+        if (
+            with_signatures
+            and path
+            and is_signature(path[-1])
+            and "=" in path[-1]
+            and path[-1] not in signatures
+        ):
+            signatures.add(path[-1])
+            units = [PassageUnit("signature", path[-1]), *units]
+        previous_heading = None
+        for position, unit in enumerate(units):
+            lead = unit.heading != previous_heading  # the first unit under its heading
+            previous_heading = unit.heading
+            text = unit.text.strip()
+            if (text.startswith("#") and unit.kind == "prose") or len(text) > MAX_SENTENCE_CHARS:
+                continue
+            stems = frozenset(content_stems(text))
+            if not stems:
+                continue
+            context, context_stems = base, base_stems
+            if unit.heading:
+                context = f"{base} {unit.heading}"
+                context_stems = base_stems | content_stems(unit.heading)
+            heading = unit.heading or (path[-1] if path and unit.kind != "signature" else "")
+            if heading == title:
+                heading = ""  # the page's own name says nothing more about one sentence
+            out.append(
+                Sentence(
+                    text,
+                    index,
+                    position,
+                    context,
+                    stems,
+                    context_stems,
+                    kind=unit.kind,
+                    heading=heading,
+                    title=title,
+                    lead=lead,
+                    loose_stems=frozenset(loose_stems(text)),
+                )
+            )
+    return out
+
+
+_SIGNATURE = re.compile(
+    r"^(?:(?:class|exception|async|await|abstractmethod|classmethod|staticmethod) )*"
+    r"@?[A-Za-z_][\w.]*\s*(?:\(.*\)|\[.*\])?(?:\s*[;,]\s*@?[A-Za-z_][\w.]*\s*\(.*\))*$"
+)
+
+
+def is_signature(heading: str) -> bool:
+    """Whether a heading is an API signature (``json.dumps(obj, *, indent=None)``,
+    ``pickle.DEFAULT_PROTOCOL``) rather than words."""
+    return bool(_SIGNATURE.match(heading.strip())) and bool(code_names(heading))
+
+
+def section_name(sentence: Sentence, *, api: bool = False) -> str:
+    """The name of what a sentence is about, to quote it by: its heading, else its page's
+    title (with ``api``: the first of them that names some code); a long signature is cut to
+    its name (``json.dumps(...)``)."""
+    names = [n for n in (sentence.heading, sentence.title) if n]
+    if api:
+        names = [n for n in names if gives_answer_type("api", n)]
+    name = names[0] if names else ""
+    if len(name) > 60 and "(" in name:
+        name = name[: name.index("(")] + "(...)"
+    return name
+
+
+@dataclass
+class SentenceScorer:
+    """Scores sentences for one question (see the module docstring)."""
+
+    question: QuestionProfile
+    sentences: list[Sentence]
+    weights: dict[str, float] = field(default_factory=dict)  # stem -> importance
+    compound_stems: frozenset[str] = frozenset()  # stems of the question's own compound names
+
+    @classmethod
+    def build(cls, question: str | QuestionProfile, sentences: list[Sentence]) -> SentenceScorer:
+        asked = profile(question) if isinstance(question, str) else question
+        n = max(len(sentences), 1)
+        names = {stem(t) for e in [*asked.entities, *asked.identifiers] for t in tokenize(e)}
+        focus = {stem(t) for t in asked.focus}
+        weights: dict[str, float] = {}
+        for term in asked.stems:
+            df = sum(1 for s in sentences if term in s.stems or term in s.context_stems)
+            idf = math.log(1 + n / (1 + df))
+            weights[term] = idf * (1.5 if term in names else 1.0) * (2.0 if term in focus else 1.0)
+        compounds = frozenset(
+            stem(t) for name in asked.identifiers if "_" in name for t in tokenize(name)
+        )
+        return cls(asked, sentences, weights, compounds)
+
+    def coverage(
+        self,
+        stems: frozenset[str] | set[str],
+        context: frozenset[str] = frozenset(),
+        context_weight: float = CONTEXT_WEIGHT,
+        soft: frozenset[str] | set[str] = frozenset(),
+        loose: frozenset[str] | set[str] = frozenset(),
+        ignore: frozenset[str] | set[str] = frozenset(),
+    ) -> float:
+        """The weighted share of the question's terms in ``stems``; a term found only in
+        ``context`` (titles, headings) counts ``context_weight``, one said in other words
+        (``soft``) ``SOFT_WEIGHT``, one found only inside a longer compound name (``loose``:
+        ``strict`` in ``strict_timestamps``, unless the question has that compound)
+        ``LOOSE_WEIGHT``; terms in ``ignore`` do not count either way."""
+        weights = {t: w for t, w in self.weights.items() if t not in ignore}
+        total = sum(weights.values())
+        if total <= 0:
+            return 0.0
+        got = 0.0
+        for term, weight in weights.items():
+            if term in loose and term not in self.compound_stems:
+                got += weight * LOOSE_WEIGHT
+            elif term in stems:
+                got += weight
+            elif term in context:
+                got += weight * context_weight
+            elif term in soft:
+                got += weight * SOFT_WEIGHT
+        return got / total
+
+    def names_share(self, sentence: Sentence) -> float:
+        """The share of the question's names (entities and code names) the sentence gives."""
+        entities, code = self.question.entities, self.question.identifiers
+        if not entities and not code:
+            return 0.0
+        found = float(sum(sentence.has_name(e) for e in entities if e not in code))
+        found += sum(sentence.names_code(c) for c in code)
+        return found / len([e for e in entities if e not in code] + list(code))
+
+    def score(
+        self,
+        chunks: Sequence[Chunk],
+        similarity: Sequence[float] | None = None,
+        corpus: Corpus | None = None,
+    ) -> list[Sentence]:
+        """Score every sentence in place; returns them best first. With ``corpus`` (and its
+        embedder) the best sentences are checked for question terms said in other words."""
+        ranked = self._score(chunks, similarity)
+        if corpus is not None and corpus.embedder is not None:
+            stand_ins = stand_in_stems(corpus, self.question)
+            for sentence in self.sentences:  # a word the corpus never uses, said its way
+                words = sentence.stems | sentence.context_stems
+                sentence.soft_stems = frozenset(t for t, ins in stand_ins.items() if ins & words)
+            top = ranked[:SOFT_CANDIDATES]
+            for sentence, soft in zip(
+                top, soft_matches(corpus, self.question.terms, [s.text for s in top]), strict=True
+            ):
+                own = sentence.stems | sentence.context_stems
+                sentence.soft_stems = frozenset((soft | sentence.soft_stems) - own)
+            ranked = self._score(chunks, similarity)
+        return ranked
+
+    def features(
+        self, sentence: Sentence, chunks: Sequence[Chunk], similarity: float | None
+    ) -> dict[str, float]:
+        """The features of :data:`SENTENCE_FEATURES` for one sentence."""
+        asked = self.question
+        typed = asked.answer_type not in (None, "yesno")
+        said = sentence.text
+        if asked.answer_type == "api":  # an API is often named only by its section
+            said = f"{sentence.heading or sentence.title}: {said}"
+        gives = typed and gives_answer_type(asked.answer_type, said, asked.text)
+        return {
+            "lexical": self.coverage(
+                sentence.stems,
+                sentence.context_stems,
+                soft=sentence.soft_stems,
+                loose=sentence.loose_stems,
+            ),
+            "names": self.names_share(sentence),
+            "type": float(gives),
+            "untyped": float(typed and not gives),
+            "similarity": max(similarity, 0.0) if similarity is not None else 0.0,
+            "prior": chunks[sentence.chunk].score / (1 + 0.1 * sentence.chunk),
+            "lead": float(sentence.lead),
+        }
+
+    def _score(self, chunks: Sequence[Chunk], similarity: Sequence[float] | None) -> list[Sentence]:
+        coefficients = SENTENCE_COEFFICIENTS if similarity is not None else SENTENCE_LEXICAL
+        for i, sentence in enumerate(self.sentences):
+            sim = float(similarity[i]) if similarity is not None else None
+            sentence.features = self.features(sentence, chunks, sim)
+            sentence.score = logistic(coefficients, sentence.features)
+            if sentence.kind in ("code", "signature"):  # it shows an answer; prose states it
+                sentence.score *= CODE_FACTOR
+        return sorted(self.sentences, key=lambda s: (-s.score, s.chunk, s.position))
+
+
+def logistic(coefficients: dict[str, float], features: dict[str, float]) -> float:
+    """``1 / (1 + exp(-z))`` with ``z = coefficients["bias"] + sum(w * feature)``."""
+    z = coefficients.get("bias", 0.0) + sum(
+        w * features.get(name, 0.0) for name, w in coefficients.items() if name != "bias"
+    )
+    return 1.0 / (1.0 + math.exp(-max(min(z, 40.0), -40.0)))
+
+
+def stand_in_stems(corpus: Corpus, question: QuestionProfile) -> dict[str, frozenset[str]]:
+    """For each question term the corpus never uses, the stems of the corpus words that could
+    stand for it (:meth:`Corpus.substitutes`); empty without an embedder."""
+    if corpus.embedder is None:
+        return {}
+    out: dict[str, frozenset[str]] = {}
+    for term in question.terms:
+        if not corpus.mentions(term):
+            words = corpus.substitutes(term, question.text, limit=STAND_INS)
+            if words:
+                out[stem(term)] = frozenset(stem(w) for w in words)
+    return out
+
+
+def soft_matches(corpus: Corpus, terms: list[str], texts: list[str]) -> list[set[str]]:
+    """For each text, the stems of the ``terms`` it does not contain but has a word close to in
+    embedding space (cosine >= ``SOFT_SIMILARITY``). Needs the corpus's embedder."""
+    if corpus.embedder is None or not terms or not texts:
+        return [set() for _ in texts]
+    words_of = [
+        [w for w in content_terms(t) if w not in terms and not w[0].isdigit()] for t in texts
+    ]
+    vocabulary = list(dict.fromkeys(w for words in words_of for w in words))
+    if not vocabulary:
+        return [set() for _ in texts]
+    term_vectors = corpus.vectors(terms)
+    word_vectors = corpus.vectors(vocabulary)
+    close = (word_vectors @ term_vectors.T) >= SOFT_SIMILARITY  # words x terms
+    row = {w: i for i, w in enumerate(vocabulary)}
+    out: list[set[str]] = []
+    for text, words in zip(texts, words_of, strict=True):
+        own = content_stems(text)
+        hits = {stem(terms[j]) for w in words for j in range(len(terms)) if close[row[w], j]}
+        out.append(hits - own)
+    return out
+
+
+def sentence_similarity(
+    corpus: Corpus | None, scorer: SentenceScorer, chunks: Sequence[Chunk]
+) -> list[float] | None:
+    """Cosine similarity of each of the scorer's sentences to the question (None without an
+    embedder).
+
+    Embedding is most of an extractive answer's cost, so only the ``EMBEDDED_SENTENCES``
+    sentences that score best without it are embedded; the others get the lowest similarity
+    found among those, so the feature can lift a sentence but never pushes an unembedded one
+    past an embedded one that scored better.
+    """
+    sentences = scorer.sentences
+    if corpus is None or corpus.embedder is None or not sentences:
+        return None
+    chosen = sentences
+    if len(sentences) > EMBEDDED_SENTENCES:
+        chosen = scorer._score(chunks, None)[:EMBEDDED_SENTENCES]
+    sims = corpus.similarity(scorer.question.text, [embedded_text(s) for s in chosen])
+    if sims is None:
+        return None
+    by_sentence = {id(s): float(x) for s, x in zip(chosen, sims, strict=True)}
+    floor = min(by_sentence.values())
+    return [by_sentence.get(id(s), floor) for s in sentences]
+
+
+def embedded_text(sentence: Sentence) -> str:
+    """What is embedded for a sentence: the heading it sits under (else its document's
+    title), then the sentence, since a passage often names its subject only there ("New in
+    version 3.11." under ``contextlib.chdir(path)``, "It weighs 1.6 kg" in "Skylark 2")."""
+    label = sentence.heading or sentence.title
+    return f"{label}: {sentence.text}" if label else sentence.text
+
+
+def new_names(sentence: Sentence, question: QuestionProfile) -> list[str]:
+    """Names a sentence mentions that the question does not (candidate bridges)."""
+    asked = {t for e in question.entities for t in tokenize(e)} | set(question.terms)
+    return [e for e in entity_phrases(sentence.text) if not set(tokenize(e)) <= asked]
+
+
+def pointer_names(text: str, question: QuestionProfile) -> list[str]:
+    """Names that make up most of what a sentence adds to the question ("it is covered by the
+    Fellside Guarantee"): the sentence defers to that name's document for the answer."""
+    asked = set(tokenize(question.text))
+    news = [t for t in content_terms(text) if t not in asked]
+    out = []
+    for name in entity_phrases(text):
+        words = set(tokenize(name))
+        if news and not words <= asked and len(words & set(news)) / len(news) >= POINTER_SHARE:
+            out.append(name)
+    return out
+
+
+def select(
+    scorer: SentenceScorer,
+    ranked: list[Sentence],
+    *,
+    max_sentences: int = 3,
+    parts: Sequence[list[Sentence]] = (),
+) -> list[Sentence]:
+    """The sentences of an answer: the best one, or for a multi-part question the best one for
+    each part (``parts``: the sentences ranked for each part on its own, see
+    :func:`rank_for_parts`); then sentences that add uncovered question terms and continue
+    what was chosen; then, for a sentence that only points to another document, that
+    document's best sentence. At most ``max_sentences``."""
+    if not ranked or not _relevant(ranked[0], scorer.question.stems):
+        return []
+    by_key = {(s.chunk, s.position): s for s in ranked}
+    chosen: list[Sentence] = []
+    for ranking in parts:
+        best = next((s for s in ranking if _relevant(s, scorer.question.stems)), None)
+        if best is not None and len(chosen) < max_sentences:
+            sentence = by_key[(best.chunk, best.position)]
+            if sentence not in chosen:
+                chosen.append(sentence)
+    if not chosen:
+        chosen = [_best_typed(scorer, ranked)]
+    _add_next_for_type(scorer, ranked, chosen, max_sentences)
+    _add_continuations(scorer, ranked, chosen, max_sentences)
+    _follow_pointers(scorer, ranked, chosen, max_sentences)
+    return chosen
+
+
+def _best_typed(scorer: SentenceScorer, ranked: list[Sentence]) -> Sentence:
+    """The best sentence, or, when the question asks for a value (a weight, a version, an
+    exception's name, ...) that the best one lacks, the best one that gives it, if it scores
+    within ``TYPED_GAP`` log-odds: "It weighs 7.9 kg" under "Bothy 4", not "The Bothy 4 costs
+    £449", for "How heavy is the Bothy 4?"."""
+    best = ranked[0]
+    if scorer.question.answer_type not in VALUE_TYPES or best.features.get("type"):
+        return best
+    floor = _logit(best.score) - TYPED_GAP
+    for sentence in ranked[1:]:
+        if _logit(sentence.score) < floor:
+            break
+        if sentence.features.get("type") and _relevant(sentence, scorer.question.stems):
+            return sentence
+    return best
+
+
+def _relevant(sentence: Sentence, asked: frozenset[str]) -> bool:
+    """A sentence worth quoting at all: it shares a term with the question (in its words, its
+    headings, or said in other words)."""
+    return sentence.score > 0 and bool(
+        (sentence.stems | sentence.context_stems | sentence.soft_stems) & asked
+    )
+
+
+def rank_for_parts(
+    question: QuestionProfile,
+    sentences: list[Sentence],
+    chunks: Sequence[Chunk],
+    corpus: Corpus | None,
+) -> list[list[Sentence]]:
+    """For a multi-part question, the sentences ranked for each part as if it were asked
+    alone (copies: the sentences themselves keep their scores for the whole question)."""
+    if not question.is_multi_part:
+        return []
+    rankings = []
+    for part in question.parts:
+        copies = [replace(s, soft_stems=frozenset(), features={}) for s in sentences]
+        scorer = SentenceScorer.build(profile(part), copies)
+        rankings.append(scorer.score(chunks, sentence_similarity(corpus, scorer, chunks), corpus))
+    return rankings
+
+
+def _covered(chosen: list[Sentence]) -> set[str]:
+    return set().union(*(s.stems | s.context_stems | s.soft_stems for s in chosen))
+
+
+def _add_next_for_type(
+    scorer: SentenceScorer, ranked: list[Sentence], chosen: list[Sentence], limit: int
+) -> None:
+    """When the chosen sentences lack the kind of answer asked for, the sentence right after
+    the first one, if it gives it: documentation often names a thing in one sentence and gives
+    its value in the next ("An integer, the default protocol version." "The default is 4.")."""
+    if len(chosen) >= limit or not any(s.features.get("untyped") for s in chosen[:1]):
+        return
+    if any(s.features.get("type") for s in chosen):
+        return
+    first = chosen[0]
+    following = next(
+        (s for s in ranked if s.chunk == first.chunk and s.position == first.position + 1), None
+    )
+    if following is not None and following.features.get("type") and following not in chosen:
+        chosen.insert(1, following)
+
+
+def _logit(p: float) -> float:
+    p = min(max(p, 1e-9), 1 - 1e-9)
+    return math.log(p / (1 - p))
+
+
+def _add_continuations(
+    scorer: SentenceScorer, ranked: list[Sentence], chosen: list[Sentence], limit: int
+) -> None:
+    """Sentences that add uncovered question terms and continue what was chosen: the same
+    chunk, one of the question's names, or a name a chosen sentence introduced (a bridge)."""
+    total = sum(scorer.weights.values()) or 1.0
+    top = _logit(chosen[0].score)
+    while len(chosen) < limit:
+        missing = set(scorer.weights) - _covered(chosen)
+        bridges = [n for s in chosen for n in new_names(s, scorer.question)]
+        floor = top - (BRIDGE_GAP if bridges else CONTINUATION_GAP)
+        best_gain, best = 0.0, None
+        for s in ranked:
+            if s in chosen or _logit(s.score) < floor:
+                continue
+            gain = sum(
+                scorer.weights[t] for t in missing & (s.stems | s.context_stems | s.soft_stems)
+            )
+            linked = any(s.has_name(n) for n in bridges) and s.chunk != chosen[0].chunk
+            related = (
+                linked
+                or any(s.chunk == c.chunk for c in chosen)
+                or any(s.has_name(e) for e in scorer.question.entities)
+            )
+            if not related or gain < MIN_GAIN * total:
+                continue
+            if linked:
+                gain *= 1.5
+            if gain > best_gain:
+                best_gain, best = gain, s
+        if best is None:
+            return
+        chosen.append(best)
+
+
+def _follow_pointers(
+    scorer: SentenceScorer, ranked: list[Sentence], chosen: list[Sentence], limit: int
+) -> None:
+    """A sentence that defers to another document ("covered by the Fellside Guarantee") is
+    followed by that document's best sentence, if it was retrieved."""
+    for sentence in list(chosen):
+        for name in pointer_names(sentence.text, scorer.question):
+            if len(chosen) >= limit or any(c is not sentence and c.has_name(name) for c in chosen):
+                continue
+            there = [s for s in ranked if s.chunk != sentence.chunk and name in s.context]
+            if there:  # its sentence with most of the question's words, then the best
+                asked = scorer.question.stems
+                chosen.append(max(there, key=lambda s: (len(s.stems & asked), s.score)))

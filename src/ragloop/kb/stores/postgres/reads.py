@@ -1,0 +1,267 @@
+"""Reads of the PostgreSQL store: documents, chunks, BM25 keyword search in SQL, vector
+search over the HNSW index, the vectors still missing, the link graph and the stats."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ragloop.core.errors import StoreError
+from ragloop.core.records import Chunk, Scope
+from ragloop.core.text import tokenize
+from ragloop.kb.index.bm25 import query_words
+from ragloop.kb.stores.base import (
+    CollectionInfo,
+    DocumentRecord,
+    Link,
+    StoreStats,
+    index_text,
+)
+from ragloop.kb.stores.postgres.schema import (
+    BM25_QUERY,
+    CHUNK_COLUMNS,
+    FILTER_COLUMNS,
+    FROM_CHUNKS,
+    TEXT_CONFIG,
+)
+from ragloop.kb.stores.rows import chunk_from_row
+
+if TYPE_CHECKING:
+    pass
+from ragloop.kb.stores.postgres.connection import (
+    PostgresDatabase,
+)
+
+
+class PostgresReads(PostgresDatabase):
+    """Every read of the store."""
+
+    def document_hash(self, collection: str, source: str) -> str | None:
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT content_hash FROM documents WHERE collection = %s AND source = %s",
+                (collection, source),
+            ).fetchone()
+        return row[0] if row else None
+
+    def sources(self, collection: str) -> list[str]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT source FROM documents WHERE collection = %s ORDER BY source",
+                (collection,),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def documents(self, collection: str | None = None) -> list[DocumentRecord]:
+        """The documents of a collection (every collection when None), by source."""
+        where, params = (
+            ("WHERE collection = %s", (collection,)) if collection is not None else ("", ())
+        )
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT collection, source, title, content_hash, metadata FROM documents "
+                f"{where} ORDER BY collection, source",
+                params,
+            ).fetchall()
+        return [DocumentRecord(*row) for row in rows]
+
+    def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
+        if not ids:
+            return []
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {CHUNK_COLUMNS} {FROM_CHUNKS} WHERE c.id = ANY (%s)", (list(ids),)
+            ).fetchall()
+        found = {row[1]: chunk_from_row(row, 1.0) for row in rows}
+        return [found[i] for i in ids if i in found]
+
+    def _scope_sql(self, scope: Scope) -> tuple[str, list[Any]]:
+        clauses: list[str] = ["true"]
+        params: list[Any] = []
+        if scope.collections is not None:
+            clauses.append("c.collection = ANY (%s)")
+            params.append(list(scope.collections))
+        for key, wanted in scope.filters:
+            values = (
+                list(wanted) if isinstance(wanted, list | tuple | set | frozenset) else [wanted]
+            )
+            column = FILTER_COLUMNS.get(key)
+            if column is None:
+                clauses.append("coalesce(c.metadata -> %s, d.metadata -> %s) = ANY (%s)")
+                from psycopg.types.json import Jsonb  # the postgres extra, there when used
+
+                params += [key, key, [Jsonb(v) for v in values]]
+            elif key == "position":
+                clauses.append(f"{column} = ANY (%s::integer[])")
+                params.append([v for v in values if isinstance(v, int)])
+            else:
+                clauses.append(f"{column} = ANY (%s::text[])")
+                params.append([str(v) for v in values])
+        return " AND ".join(clauses), params
+
+    def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
+        terms = query_words(query)
+        if not terms or scope.empty or top_k < 1:
+            return []
+        collections = None if scope.collections is None else list(scope.collections)
+        where, scope_params = self._scope_sql(Scope(None, scope.filters))
+        inner_limit = None if scope.filters else top_k
+        with self._connection() as conn:
+            rows = conn.execute(
+                BM25_QUERY.format(scope=where),
+                [" ".join(terms), collections, collections, inner_limit, *scope_params, top_k],
+            ).fetchall()
+        out = []
+        for row in rows:
+            raw, ceiling = float(row[0]), float(row[1])
+            score = min(1.0, max(0.0, raw / ceiling)) if ceiling > 0 else 0.0
+            chunk = chunk_from_row(row[2:], score)
+            chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
+            out.append(chunk)
+        return out
+
+    def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
+        if scope.empty or top_k < 1:
+            return []
+        query = [float(x) for x in vector]
+        where, scope_params = self._scope_sql(scope)
+        with self._connection() as conn:
+            model = self._recorded_model(conn)
+            if model is None or model[1] == 0:
+                return []
+            if len(query) != model[1] or not any(query):
+                raise StoreError(
+                    f"the query vector must be a non-zero {model[1]}-d vector, not {len(query)}-d"
+                )
+            settings = ["hnsw.ef_search", str(max(self.ef_search, top_k))]
+            if self._iterative_scan:  # pgvector 0.8: walk on until top_k chunks pass the scope
+                settings += ["hnsw.iterative_scan", "relaxed_order"]
+            calls = ", ".join(["set_config(%s, %s, true)"] * (len(settings) // 2))
+            conn.execute(f"SELECT {calls}", settings)
+            rows = conn.execute(
+                f"SELECT c.embedding <=> %b::vector AS distance, {CHUNK_COLUMNS} "
+                f"{FROM_CHUNKS} WHERE c.embedding IS NOT NULL AND {where} "
+                "ORDER BY distance LIMIT %s",
+                [query, *scope_params, top_k],
+            ).fetchall()
+        rows.sort(key=lambda row: (row[0], row[1]))  # relaxed order: exact order restored here
+        out = []
+        for row in rows:
+            score = min(1.0, max(0.0, 1.0 - float(row[0])))
+            chunk = chunk_from_row(row[1:], score)
+            chunk.metadata["scores"] = {"dense": round(score, 6)}
+            out.append(chunk)
+        return out
+
+    def cached_vectors(self, model_id: str, hashes: Sequence[str]) -> dict[str, list[float]]:
+        if not hashes:
+            return {}
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT text_hash, embedding::float4[] FROM embeddings "
+                "WHERE model_id = %s AND text_hash = ANY (%s)",
+                (model_id, list(dict.fromkeys(hashes))),
+            ).fetchall()
+        return {text_hash: list(vector) for text_hash, vector in rows}
+
+    def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
+        """Up to ``limit`` (text hash, index text) of chunks stored without a vector, each
+        text once, in the order the chunks were stored (one model per knowledge base)."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id WHERE c.embedding IS NULL "
+                "ORDER BY c.pk LIMIT %s",
+                (limit,),
+            ).fetchall()
+        found: dict[str, str] = {}
+        for text_hash, title, heading_path, content in rows:
+            found.setdefault(text_hash, index_text(title, heading_path, content))
+        return list(found.items())
+
+    def count_missing_vectors(self, model_id: str) -> int:
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT count(DISTINCT text_hash) FROM chunks WHERE embedding IS NULL"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def link_targets(self) -> list[tuple[str, str, str]]:
+        """(name, chunk id, document key) for every document title and last heading."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT d.title, c.id, c.collection, d.source, c.heading_path ->> -1 "
+                f"{FROM_CHUNKS} ORDER BY c.pk"
+            ).fetchall()
+        targets: list[tuple[str, str, str]] = []
+        for title, chunk_id, collection, source, heading in rows:
+            key = f"{collection}\0{source}"
+            targets.extend((str(name), chunk_id, key) for name in (title, heading) if name)
+        return targets
+
+    def chunks_with_phrase(self, phrase: str, limit: int) -> list[tuple[str, str, str]]:
+        words = tokenize(phrase)
+        if not words:
+            return []
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT c.id, c.collection, d.source, c.content {FROM_CHUNKS} "
+                f"WHERE c.tsv @@ phraseto_tsquery('{TEXT_CONFIG}', %s) ORDER BY c.pk LIMIT %s",
+                (" ".join(words), limit),
+            ).fetchall()
+        return [(row[0], f"{row[1]}\0{row[2]}", row[3]) for row in rows]
+
+    def links_from(
+        self, chunk_ids: Sequence[str], collections: Sequence[str] | None = None
+    ) -> list[Link]:
+        if not chunk_ids or (collections is not None and not collections):
+            return []
+        scoped = (
+            ""
+            if collections is None
+            else (" AND b.document_id IN (SELECT id FROM documents WHERE collection = ANY (%s))")
+        )
+        params: list[Any] = [list(chunk_ids)]
+        if collections is not None:  # the target's collection, in the query
+            params.append(list(collections))
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT a.id, b.id, l.mention FROM links l JOIN chunks a ON a.pk = l.chunk_pk "
+                f"JOIN chunks b ON b.pk = l.target_pk WHERE a.id = ANY (%s){scoped} "
+                "ORDER BY a.pk, b.pk",
+                params,
+            ).fetchall()
+        return [Link(*row) for row in rows]
+
+    def stats(self) -> StoreStats:
+        with self._connection() as conn:
+            collections = [
+                CollectionInfo(name=name, documents=docs, chunks=chunks)
+                for name, docs, chunks in conn.execute(
+                    "SELECT d.collection, count(DISTINCT d.id), count(c.pk) FROM documents d "
+                    "LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.collection "
+                    "ORDER BY d.collection"
+                )
+            ]
+            # the chunks that have a vector (embeddings is a cache by text, not the index)
+            counts = conn.execute(
+                "SELECT (SELECT count(*) FROM chunks WHERE embedding IS NOT NULL), "
+                "(SELECT count(*) FROM links), "
+                "(SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind = 'r')",
+                (self.schema,),
+            ).fetchone()
+            model = self._recorded_model(conn)
+        assert counts is not None
+        return StoreStats(
+            documents=sum(c.documents for c in collections),
+            chunks=sum(c.chunks for c in collections),
+            vectors=counts[0],
+            links=counts[1],
+            collections=collections,
+            embedding_model=model[0] if model else None,
+            dimension=model[1] if model else None,
+            size_bytes=int(counts[2] or 0),
+            path=self.location,
+        )

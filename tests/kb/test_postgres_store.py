@@ -1,0 +1,600 @@
+"""The PostgreSQL store beyond the conformance suite, on a real server (``postgres_server``):
+concurrent writers, scopes in the SQL, migrations, reconnection, the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import psycopg
+import pytest
+
+from ragloop.kb.knowledge_base import Document, KnowledgeBaseNotFound
+from ragloop.kb.stores.base import ChunkRecord, DocumentRecord, Scope, StoreError
+from ragloop.kb.stores.postgres.connection import index_probes
+from ragloop.kb.stores.postgres.schema import DELETE_DOCUMENTS, MIGRATIONS
+from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase, PostgresStore
+from ragloop.testing import HashEmbedder
+from ragloop.testing.conformance import write_corpus
+from ragloop.testing.postgres import TemporaryPostgres, embedded_bin_dir
+
+
+@pytest.fixture
+def dsn(postgres_server):
+    return postgres_server.dsn
+
+
+def sql(dsn, schema, query, params=()):
+    with psycopg.connect(dsn, options=f"-c search_path={schema},public") as conn:
+        cursor = conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else None
+
+
+def counters_match_the_chunks(dsn, schema):
+    counted = sql(dsn, schema, "SELECT sum(chunks), sum(terms) FROM corpus_counters")[0]
+    actual = sql(dsn, schema, "SELECT count(*), sum(n_terms) FROM chunks")[0]
+    postings = sql(dsn, schema, "SELECT count(*) FROM postings")[0][0]
+    lexemes = sql(dsn, schema, "SELECT coalesce(sum(length(tsv)), 0) FROM chunks")[0][0]
+    orphans = sql(  # postings of chunks no longer stored (postings have no foreign key)
+        dsn,
+        schema,
+        "SELECT count(*) FROM postings p LEFT JOIN chunks c ON c.pk = p.chunk_pk "
+        "WHERE c.pk IS NULL",
+    )[0][0]
+    return counted == actual and postings == lexemes and orphans == 0
+
+
+def docs(prefix, n, words="alpine tent"):
+    return [
+        Document(text=f"{prefix} {i}: a {words} note number {i}.", source=f"{prefix}-{i}")
+        for i in range(n)
+    ]
+
+
+def test_concurrent_writers_on_two_connections(dsn, postgres_schema):
+    first = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(64))
+    second = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(64))
+    errors: list[BaseException] = []
+
+    def write(kb, prefix):
+        try:
+            kb.add_documents(docs(prefix, 40))
+            for _ in range(5):  # both replace the same documents, changed, again and again
+                kb.add_documents(docs("shared", 5, words=f"{prefix} {_}"))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=write, args=(first, "a")),
+        threading.Thread(target=write, args=(second, "b")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    stats = first.stats()
+    assert (stats.documents, stats.chunks) == (85, 85)
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    assert len(first.search("alpine tent", mode="bm25", top_k=100)) == 80
+    assert {c.source for c in second.search("shared note", mode="hybrid", top_k=50)} >= {
+        f"shared-{i}" for i in range(5)
+    }
+    first.close()
+    second.close()
+
+
+WRITER = """
+import sys
+from ragloop.kb.knowledge_base import Document
+from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
+
+dsn, schema, name = sys.argv[1:]
+kb = PostgresKnowledgeBase(dsn, schema=schema, embedder=None)
+for round in range(6):
+    # the writers' batches overlap on shared-10..19 and name them in opposite orders
+    numbers = range(20) if name == "a" else reversed(range(10, 30))
+    kb.add_documents(
+        [
+            Document(text=f"Ridge note {i} written by {name} in round {round}.", source=source)
+            for i in numbers
+            for source in [f"shared-{i}"]
+        ]
+        + [Document(text=f"Own page of {name}, round {round}.", source=f"{name}-{round}")]
+    )
+kb.close()
+"""
+
+
+def test_two_processes_replacing_overlapping_batches_end_consistent(dsn, postgres_schema):
+    PostgresStore(dsn, schema=postgres_schema).close()  # the schema, before both race for it
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, dsn, postgres_schema, name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
+    for writer in writers:
+        _, errors = writer.communicate(timeout=120)
+        assert writer.returncode == 0, errors
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    per_document = sql(
+        dsn,
+        postgres_schema,
+        "SELECT d.source, count(c.pk), min(c.content) FROM documents d "
+        "LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.source",
+    )
+    assert len(per_document) == 30 + 12
+    assert {count for _, count, _ in per_document} == {1}  # one version of each, whole
+    for source, _, content in per_document:
+        if source.startswith("shared-"):
+            number = int(source.split("-")[1])
+            writer = "a" if number < 10 else "b" if number >= 20 else "[ab]"
+            assert re.fullmatch(f"Ridge note {number} written by {writer} in round 5.", content)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    assert len(kb.search("ridge note", mode="bm25", top_k=100)) == 30
+    kb.close()
+
+
+def test_sources_are_locked_in_one_order_whatever_the_batch_order(dsn, postgres_schema):
+    """Two writers of overlapping batches cannot wait for each other in a circle: a batch
+    blocked on one source holds the locks of the sources before it in key order only."""
+    store = PostgresStore(dsn, schema=postgres_schema)
+    sources = [f"s-{i}" for i in range(12)]
+    keys = dict(
+        sql(dsn, "public", "SELECT s, hashtextextended(s, 0) FROM unnest(%s::text[]) s", (sources,))
+    )
+    held = sorted(sources, key=keys.__getitem__)[5]  # another writer holds this one
+    batch = [
+        (DocumentRecord("default", source, "", f"hash-{source}"), [])
+        for source in reversed(sources)
+    ]
+    with psycopg.connect(dsn) as other:
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (keys[held],))
+        writer = threading.Thread(target=store.replace_documents, args=(batch, []))
+        writer.start()
+        locks: list[tuple[int, bool]] = []
+        for _ in range(200):
+            locks = sql(
+                dsn,
+                "public",
+                "SELECT (classid::bigint << 32) | objid::bigint, granted FROM pg_locks "
+                "WHERE locktype = 'advisory' AND pid <> %s",
+                (other.info.backend_pid,),
+            )
+            if any(not granted for _, granted in locks):
+                break
+            time.sleep(0.02)
+        other.commit()  # lets the writer on
+    writer.join()
+    below = {keys[s] for s in sources if keys[s] < keys[held]}
+    assert {key for key, granted in locks if granted} == below
+    assert [key for key, granted in locks if not granted] == [keys[held]]
+    assert [d.source for d in store.documents()] == sorted(sources)
+    store.close()
+
+
+def test_a_batch_naming_a_source_twice_stores_its_last_version(dsn, postgres_schema):
+    def version(text, source="a.md"):
+        chunk = ChunkRecord(f"{source}:{text}", 0, text, [], text, f"hash:{text}")
+        return DocumentRecord("default", source, "", f"doc:{text}"), [chunk]
+
+    store = PostgresStore(dsn, schema=postgres_schema)
+    store.replace_documents([version("stored first"), version("other", "b.md")], [])
+    store.replace_documents([version("draft"), version("final"), version("other 2", "b.md")], [])
+    assert {d.source: d.content_hash for d in store.documents()} == {
+        "a.md": "doc:final",
+        "b.md": "doc:other 2",
+    }
+    found = store.get_chunks(["a.md:stored first", "a.md:draft", "a.md:final", "b.md:other"])
+    assert [c.content for c in found] == ["final"]
+    assert store.chunks_with_phrase("stored first", 5) == []
+    assert store.keyword_search("draft", 5, Scope()) == []
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    store.close()
+
+
+def test_a_batch_leaves_no_tsvector_pending_unless_the_writer_does_not_own_the_index(
+    dsn, postgres_schema
+):
+    flush = "SELECT gin_clean_pending_list('chunks_tsv'::regclass)"
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("p", 5))
+    kb.close()
+    assert sql(dsn, postgres_schema, flush) == [(0,)]  # flushed by the batch already
+    role = f"w_{postgres_schema}"  # a role granted the tables, owning none of them
+    for statement in (
+        f'CREATE ROLE "{role}" LOGIN',
+        f'GRANT USAGE ON SCHEMA "{postgres_schema}" TO "{role}"',
+        f'GRANT ALL ON ALL TABLES IN SCHEMA "{postgres_schema}" TO "{role}"',
+        f'GRANT ALL ON ALL SEQUENCES IN SCHEMA "{postgres_schema}" TO "{role}"',
+    ):
+        sql(dsn, "public", statement)
+    kb = PostgresKnowledgeBase(
+        dsn.replace("postgres@", f"{role}@"), schema=postgres_schema, embedder=None
+    )
+    kb.add_documents(docs("q", 3))
+    assert len(kb.search("alpine tent", mode="bm25", top_k=10)) == 8
+    kb.close()
+    assert sql(dsn, postgres_schema, flush)[0][0] > 0  # its entries waited in the list
+    assert counters_match_the_chunks(dsn, postgres_schema)
+
+
+def test_the_postings_of_replaced_documents_are_found_by_their_primary_key(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("x", 300))
+    store = kb.store
+    with store._pool.connection() as conn, conn.transaction(force_rollback=True):
+        ids = [row[0] for row in conn.execute("SELECT id FROM documents LIMIT 100")]
+        with index_probes(conn):  # unguided, the planner scans every posting here
+            plan = [row[0] for row in conn.execute(f"EXPLAIN {DELETE_DOCUMENTS}", {"ids": ids})]
+        after = conn.execute("SELECT current_setting('enable_hashjoin')").fetchone()
+    assert any("Index Scan using postings_pkey on postings" in line for line in plan)
+    assert not any("Seq Scan on postings" in line for line in plan)
+    assert after == ("on",)
+    kb.add_documents(docs("x", 300, words="glacier lake"))  # all replaced
+    assert len(kb.search("glacier lake", mode="bm25", top_k=500)) == 300
+    assert kb.search("alpine tent", mode="bm25") == []
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    kb.close()
+
+
+def sections(name, lake="A quiet glacier lake below the pass."):
+    return Document(
+        text=f"# {name}\n\n## Ridge\n\nThe ridge trail of {name} climbs through larch "
+        f"forest.\n\n## Lake\n\n{lake}\n\n## Hut\n\nThe hut of {name} sleeps twelve.",
+        source=f"{name}.md",
+        format="markdown",
+    )
+
+
+def test_a_batch_of_new_and_changed_documents_equals_writing_them_one_at_a_time(
+    dsn, postgres_schema
+):
+    first = [sections(name) for name in ("Alder", "Birch", "Cedar", "Dogwood", "Elm")]
+    second = [  # changed (one section each, the others' vectors come from the cache), new,
+        # unchanged, and one source given twice
+        sections("Birch", lake="Birch lake froze early this autumn."),
+        sections("Fir"),
+        sections("Dogwood", lake="A tarn, not a lake, below Dogwood pass."),
+        first[4],
+        sections("Fir", lake="Fir lake, revised: a reservoir behind a dam."),
+    ]
+    kbs = [
+        PostgresKnowledgeBase(dsn, schema=f"{postgres_schema}_{how}", embedder=HashEmbedder(32))
+        for how in ("batch", "single")
+    ]
+    batched, single = kbs
+    for documents in (first, second):
+        batched.add_documents(documents)
+        for document in documents:
+            single.add_documents([document])
+
+    def state(kb, schema):
+        stats = kb.stats()
+        return (
+            (stats.documents, stats.chunks, stats.vectors, stats.links),
+            [(d.source, d.content_hash) for d in kb.store.documents()],
+            sql(dsn, schema, "SELECT sum(chunks), sum(terms) FROM corpus_counters"),
+            [
+                [(c.id, round(c.score, 9)) for c in kb.search(query, mode=mode, top_k=20)]
+                for query in ("glacier lake", "ridge trail larch", "reservoir dam", "hut twelve")
+                for mode in ("bm25", "dense")
+            ],
+        )
+
+    expected = state(single, f"{postgres_schema}_single")
+    assert expected[0][:2] == (6, 6 * 3)  # a chunk a section
+    assert state(batched, f"{postgres_schema}_batch") == expected
+    for how in ("batch", "single"):
+        assert counters_match_the_chunks(dsn, f"{postgres_schema}_{how}")
+    assert batched.search("reservoir dam", mode="bm25")[0].source == "Fir.md"
+    for kb in kbs:
+        kb.close()
+
+
+def test_a_collection_scope_is_applied_in_the_sql_before_the_limit(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(64))
+    kb.add_documents(docs("big", 400), collection="big")
+    kb.add_documents(docs("small", 3, words="alpine tent tent"), collection="small")
+    for mode in ("bm25", "dense", "hybrid"):
+        hits = kb.search("alpine tent note", mode=mode, top_k=3, collection="small")
+        assert [c.metadata["collection"] for c in hits] == ["small"] * 3, mode
+    hits = kb.search("alpine tent", mode="bm25", top_k=3, filters={"source": "big-7"})
+    assert [c.source for c in hits] == ["big-7"]
+    store = kb.store
+    assert isinstance(store, PostgresStore)
+    query = "EXPLAIN SELECT pk FROM chunks {} ORDER BY embedding <=> %s::vector LIMIT 3"
+    with store._pool.connection() as conn:  # the plans: the filter in SQL, HNSW for the order
+        conn.execute("SET LOCAL enable_seqscan = off")
+        scoped, unscoped = (
+            "\n".join(row[0] for row in conn.execute(query.format(where), params))
+            for where, params in (
+                ("WHERE collection = ANY (%s)", (["small"], [1.0] * 64)),
+                ("", ([1.0] * 64,)),
+            )
+        )
+    assert "collection = ANY ('{small}'::text[])" in scoped
+    assert "Index Scan using chunks_embedding" in unscoped
+    kb.close()
+
+
+def test_migrations_run_once_even_when_two_processes_open_a_new_schema(dsn, postgres_schema):
+    errors: list[BaseException] = []
+    stores: list[PostgresStore] = []
+
+    def open_store():
+        try:
+            stores.append(PostgresStore(dsn, schema=postgres_schema))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_store) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for store in stores:
+        store.close()
+    PostgresStore(dsn, schema=postgres_schema).close()  # re-run: nothing to do
+    versions = sql(dsn, postgres_schema, "SELECT version FROM _ragloop_migrations")
+    assert versions == [(number,) for number, _ in MIGRATIONS]
+
+
+def test_storing_vectors_finds_the_chunks_waiting_for_one_by_index(dsn, postgres_schema):
+    # without an index every stored vector scanned the whole table (7 ms each at 10,000
+    # chunks, growing with it); a schema made before the index gets it when opened
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")  # as the store's first open does
+        conn.execute(f'CREATE SCHEMA "{postgres_schema}"')
+        conn.execute(f'SET search_path TO "{postgres_schema}", public')
+        conn.execute("CREATE TABLE _ragloop_migrations (version integer PRIMARY KEY, "
+                     "applied_at timestamptz NOT NULL DEFAULT now())")  # fmt: skip
+        conn.execute(MIGRATIONS[0][1])
+        conn.execute("INSERT INTO _ragloop_migrations (version) VALUES (1)")
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
+    kb.add_documents(docs("a", 200), vectors="later")
+    store = kb.store
+    queries = [
+        "UPDATE chunks SET embedding = NULL WHERE text_hash = 'x' AND embedding IS NULL",
+        "SELECT c.pk FROM chunks c WHERE c.embedding IS NULL ORDER BY c.pk LIMIT 5",
+        "SELECT count(DISTINCT text_hash) FROM chunks WHERE embedding IS NULL",
+    ]
+    with store._pool.connection() as conn:
+        conn.execute("ANALYZE chunks")
+        conn.execute("SET enable_seqscan = off")  # a table this small is read whole otherwise
+        plans = ["\n".join(row[0] for row in conn.execute(f"EXPLAIN {q}")) for q in queries]
+    assert "using chunks_missing_vector on" in plans[0]
+    assert "using chunks_missing_vector_order on" in plans[1]
+    assert "chunks_missing_vector" in plans[2]
+    assert kb.embed() == 200
+    assert kb.stats().vectors_missing == 0
+    kb.close()
+
+
+def test_read_commands_never_create_a_missing_schema(dsn, postgres_schema):
+    with pytest.raises(KnowledgeBaseNotFound, match="ragloop ingest"):
+        PostgresKnowledgeBase(dsn, schema=postgres_schema, create=False)
+    exists = sql(
+        dsn, "public", "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (postgres_schema,)
+    )
+    assert exists == [(0,)]
+
+
+def test_an_unreachable_server_is_a_clear_error(postgres_server):
+    dsn = f"postgresql://postgres:secret@127.0.0.1:{postgres_server.port + 1}/postgres"
+    with pytest.raises(StoreError, match="cannot connect to PostgreSQL at") as caught:
+        PostgresStore(dsn, connect_timeout_s=2)
+    assert "secret" not in str(caught.value)
+
+
+def test_the_pool_reconnects_after_the_server_restarts(postgres_server, postgres_schema):
+    kb = PostgresKnowledgeBase(postgres_server.dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("r", 3))
+    assert kb.search("alpine tent", mode="bm25")
+    postgres_server.restart()
+    assert len(kb.search("alpine tent", mode="bm25")) == 3
+    kb.add_documents(docs("after", 2))
+    assert kb.stats().documents == 5
+    kb.close()
+
+
+def test_a_failure_mid_search_is_a_store_error_and_the_pool_recovers(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("m", 3))
+    sql(dsn, postgres_schema, "ALTER TABLE postings RENAME TO postings_away")
+    with pytest.raises(StoreError, match=r"failed \(UndefinedTable\): .*postings"):
+        kb.search("alpine tent", mode="bm25")
+    with pytest.raises(StoreError, match="UndefinedTable"):  # writes too, no retry loop
+        kb.add_documents(docs("n", 1))
+    sql(dsn, postgres_schema, "ALTER TABLE postings_away RENAME TO postings")
+    assert len(kb.search("alpine tent", mode="bm25")) == 3  # the same pool, still usable
+    kb.close()
+
+
+def test_deletes_and_replacements_keep_postings_and_counters_exact(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("d", 6))
+    kb.add_documents([Document(text="Rewritten: glacier lake.", source="d-2")])
+    assert kb.delete("d-4") == 1
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    hit = kb.search("glacier", mode="bm25")[0]
+    assert hit.source == "d-2"
+    assert 0.0 < hit.score <= 1.0
+    kb.close()
+
+
+def test_nul_characters_are_dropped_not_fatal(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    report = kb.add_documents(
+        [Document(text="Nul\x00 inside the ridge text.", source="nul", metadata={"k": "a\x00b"})]
+    )
+    assert report.added == 1
+    hit = kb.search("ridge", mode="bm25")[0]
+    assert (hit.content, hit.metadata["k"]) == ("Nul inside the ridge text.", "ab")
+    kb.close()
+
+
+def test_a_search_writes_nothing_and_stats_count_chunk_vectors(dsn, postgres_schema):
+    embedder = HashEmbedder(32)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=embedder)
+    kb.add_documents(docs("q", 2))
+    kb.search("where is the tent", mode="dense")
+    kb.close()
+    store = PostgresStore(dsn, schema=postgres_schema)
+    assert store.stats().vectors == 2  # the two chunks; the query was cached in memory only
+    for wrong in ([1.0] * 8, [0.0] * 32):
+        with pytest.raises(StoreError, match="query vector"):
+            store.vector_search(wrong, 1, Scope())
+    store.close()
+
+
+async def test_async_search_through_the_retriever(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(32))
+    kb.add_documents(docs("async", 4))
+    hits = await kb.retriever(mode="hybrid").aretrieve("alpine tent", top_k=2)
+    assert len(hits) == 2
+    kb.close()
+
+
+def ragloop(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "ragloop", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=120,
+    )
+
+
+def test_the_command_line_takes_a_postgresql_url(postgres_server, tmp_path):
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS cli")
+        conn.execute("CREATE DATABASE cli")
+    url = postgres_server.dsn_for("cli")
+    corpus = write_corpus(tmp_path / "docs")
+    missing = ragloop("search", "tent", "--kb", postgres_server.dsn_for("nodb"))
+    assert missing.returncode == 1
+    assert 'database "nodb" does not exist' in missing.stderr
+    empty = ragloop("kb", "stats", "--kb", url)
+    assert empty.returncode == 1
+    assert "no ragloop knowledge base in postgresql://" in empty.stderr
+    ingest = ragloop("ingest", str(corpus), "--kb", url, "--embedder", "hash", "--json")
+    assert ingest.returncode == 0, ingest.stderr
+    assert json.loads(ingest.stdout)["added"] == 4
+    found = ragloop("search", "tent weight", "--kb", url, "--json", "--top-k", "1")
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)[0]["source"].endswith("tents.md")
+    stats = ragloop("kb", "stats", "--kb", url.replace("postgresql://", "postgres://"))
+    assert stats.returncode == 0, stats.stderr
+    assert "postgresql://postgres@127.0.0.1" in stats.stdout
+    assert "chunks" in stats.stdout
+
+
+def test_ragloop_imports_without_the_postgres_extra_and_says_what_to_install():
+    code = (
+        "import sys; sys.modules['psycopg'] = None; sys.modules['psycopg_pool'] = None\n"
+        "import ragloop\n"
+        "try:\n"
+        "    ragloop.PostgresKnowledgeBase('postgresql://localhost/x')\n"
+        "except ragloop.StoreError as error:\n"
+        "    print(error)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "pip install 'ragloop[postgres]'" in done.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+def test_binaries_the_server_user_cannot_reach_are_copied_for_it(tmp_path):
+    hidden = tmp_path / "site-packages"  # like a virtual environment under /root (mode 700)
+    package = embedded_bin_dir().parent.parent
+    for folder in (package, package.parent / f"{package.name}.libs"):
+        shutil.copytree(folder, hidden / folder.name, symlinks=True)
+    hidden.chmod(0o700)
+    with TemporaryPostgres(bin_dir=hidden / package.name / "pginstall" / "bin") as server:
+        assert server.bin_dir.is_relative_to(server.root)
+        with psycopg.connect(server.dsn) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_vectors_too_wide_for_an_index_are_searched_exactly(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(2048))
+    kb.add_documents([*docs("wide", 3), Document(text="Glacier lake walk.", source="lake")])
+    assert kb.search("glacier lake", mode="dense", top_k=1)[0].source == "lake"
+    query = "SELECT indexname FROM pg_indexes WHERE schemaname = %s"
+    indexes = sql(dsn, postgres_schema, query, (postgres_schema,))
+    assert "chunks_embedding" not in {row[0] for row in indexes}
+    kb.close()
+
+
+def vector_index(dsn, schema):
+    query = "SELECT indexdef FROM pg_indexes WHERE schemaname = %s AND indexname = %s"
+    rows = sql(dsn, schema, query, (schema, "chunks_embedding"))
+    return rows[0][0] if rows else None
+
+
+class IndexWatcher(HashEmbedder):
+    """Records, at each batch it embeds, whether the HNSW index exists; fails when asked."""
+
+    def __init__(self, dsn, schema, fail_at=None):
+        super().__init__(16)
+        self.dsn, self.schema, self.fail_at = dsn, schema, fail_at
+        self.index_seen: list[bool] = []
+
+    def embed(self, texts):
+        self.index_seen.append(vector_index(self.dsn, self.schema) is not None)
+        if self.fail_at is not None and len(self.index_seen) > self.fail_at:
+            raise RuntimeError("the embedder broke")
+        return super().embed(texts)
+
+
+def test_a_bulk_fill_of_vectors_builds_the_hnsw_index_after_them(dsn, postgres_schema, monkeypatch):
+    monkeypatch.setattr("ragloop.kb.stores.postgres.writes.BULK_VECTORS", 50)
+    monkeypatch.setattr("ragloop.kb.ingest.pipeline.EMBED_BATCH", 40)
+    watcher = IndexWatcher(dsn, postgres_schema)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=watcher)
+    kb.add_documents([*docs("a", 120), Document(text="Glacier lake walk.", source="lake")])
+    assert watcher.index_seen == [False] * len(watcher.index_seen)  # built once, after
+    built = vector_index(dsn, postgres_schema)
+    assert "USING hnsw (embedding vector_cosine_ops) WITH (m='16', ef_construction='64')" in built
+    assert kb.search("glacier lake", mode="dense", top_k=1)[0].source == "lake"
+    # a few more: the index is kept up to date as they go
+    watcher.index_seen.clear()
+    kb.add_documents(docs("b", 10))
+    assert watcher.index_seen == [True]
+    kb.close()
+
+
+def test_a_fill_that_fails_midway_still_ends_with_the_index(dsn, postgres_schema, monkeypatch):
+    monkeypatch.setattr("ragloop.kb.stores.postgres.writes.BULK_VECTORS", 50)
+    monkeypatch.setattr("ragloop.kb.ingest.pipeline.EMBED_BATCH", 40)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
+    kb.add_documents(docs("a", 120), vectors="later")
+    kb.close()
+    broken = IndexWatcher(dsn, postgres_schema, fail_at=1)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=broken)
+    with pytest.raises(RuntimeError, match="the embedder broke"):
+        kb.embed()
+    assert broken.index_seen == [False, False]
+    assert vector_index(dsn, postgres_schema) is not None
+    assert 0 < kb.stats().vectors_missing < 120  # the first batch kept
+    # a process killed mid-fill leaves no index: the next fill (even of nothing) builds it
+    sql(dsn, postgres_schema, "DROP INDEX chunks_embedding")
+    kb.close()
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
+    kb.embed()
+    kb.embed()
+    assert kb.stats().vectors_missing == 0
+    assert vector_index(dsn, postgres_schema) is not None
+    kb.close()
