@@ -7,11 +7,9 @@ the 5 best chunks of each with one hybrid search of the cached knowledge base, a
 
 1. the sentence scorer (``SENTENCE_COEFFICIENTS`` and ``SENTENCE_LEXICAL`` in
    components/heuristics/extractive.py): a logistic regression of "this sentence contains a gold
-   answer"
-   on the sentence features, with and without embedding similarity;
+   answer" on the sentence features, with and without embedding similarity;
 2. the answer judge (``ANSWER_COEFFICIENTS`` and ``ANSWER_LEXICAL`` in
-   components/heuristics/judging.py,
-   with and without an embedder): a logistic regression
+   components/heuristics/judging.py, with and without an embedder): a logistic regression
    of "the extractive answer contains a gold answer" on the answer features, over the answers
    to the questions as retrieved and, as questions the documents cannot answer, the answers to
    the same questions with their gold passages taken out of the knowledge base's results.

@@ -39,8 +39,7 @@ def test_a_grounded_complete_answer_scores_above_the_offline_threshold():
 
 def test_the_score_is_the_judges_calibrated_chance():
     """The score is the logistic model of components/heuristics/judging.py over the analysis'
-    features,
-    and an answer that misses the question's names or words scores lower."""
+    features, and an answer that misses the question's names or words scores lower."""
     evaluator = HeuristicEvaluator()
     question = "How much does the Skylark 2 weigh?"
     right = [chunk("The Skylark 2 weighs 1.6 kg with pegs and poles.", title="Skylark 2")]

@@ -1,9 +1,8 @@
 """Generators: answer the question from the retrieved chunks, citing them.
 
 - :class:`ExtractiveGenerator` needs no model: it picks the sentences of the chunks that best
-  answer the question (see :mod:`ragloop.components.heuristics.extractive`) and returns them with
-  numbered
-  citations and a confidence.
+  answer the question (see :mod:`ragloop.components.heuristics.extractive`) and returns them
+  with numbered citations and a confidence.
 - :class:`LLMGenerator` asks a model for a short cited answer and its confidence.
 
 Both write answers in the format of :mod:`ragloop.components.citations` (sentences with

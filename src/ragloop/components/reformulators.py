@@ -1,9 +1,9 @@
 """Reformulators: rewrite the retrieval query after a failing iteration.
 
 :class:`HeuristicReformulator` picks a strategy from the evaluator's reason with ragsnag's keyword
-table and rewrites the query without an LLM (see :mod:`ragloop.components.heuristics.rewriting` for
-what
-each strategy does). :class:`LLMReformulator` asks an LLM and falls back to the heuristic one.
+table and rewrites the query without an LLM (see :mod:`ragloop.components.heuristics.rewriting`
+for what each strategy does). :class:`LLMReformulator` asks an LLM and falls back to the
+heuristic one.
 """
 
 from __future__ import annotations

@@ -42,10 +42,9 @@ _BOILERPLATE = re.compile(
 
 def asks_for_name(question: QuestionProfile) -> str:
     """Whether the answer should lead with an API's name: ``"kind"`` when a one-part question
-    of answer type ``api`` (:mod:`ragloop.components.heuristics.questions`) names the kind of thing
-    it
-    wants ("Which module ...?", "Is there a function that ...?"), ``"how"`` when it only asks
-    how to do something ("How do I strip the shared indentation ...?": then only a code name
+    of answer type ``api`` (:mod:`ragloop.components.heuristics.questions`) names the kind of
+    thing it wants ("Which module ...?", "Is there a function that ...?"), ``"how"`` when it only
+    asks how to do something ("How do I strip the shared indentation ...?": then only a code name
     in the headings is taken for the answer, not any title), else ``""``."""
     if question.answer_type != "api" or question.is_multi_part:
         return ""

@@ -1,9 +1,9 @@
 """The six reformulation strategies without an LLM.
 
 Each strategy is a function of the question and the evidence earlier iterations retrieved, and,
-when the reformulator was given one, of the :class:`~ragloop.components.heuristics.corpus.Corpus`
-(the
-knowledge base itself: a wider search, its embedder and its link graph). What each one does:
+when the reformulator was given one, of the
+:class:`~ragloop.components.heuristics.corpus.Corpus` (the knowledge base itself: a wider search,
+its embedder and its link graph). What each one does:
 
 - **expand**: the question plus related terms: pseudo-relevance feedback, i.e. the terms that
   weigh most in the best chunks (with a corpus: of a wider retrieval, re-ranked by embedding
