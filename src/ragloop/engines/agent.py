@@ -46,7 +46,13 @@ from ragloop.core.records.agent import AgentResult
 from ragloop.engines._run import Engine
 from ragloop.engines.agent_run import AgentRun
 from ragloop.engines.grounding import aground, ground
-from ragloop.engines.options import AgentLoopOptions, SearchFn, Synthesizer, SystemPromptFn
+from ragloop.engines.options import (
+    AgentLoopOptions,
+    SearchFn,
+    Synthesizer,
+    SystemPromptFn,
+    check_count,
+)
 from ragloop.engines.tools import CollectionScope, SearchBackend, builtin_tools, tool_set
 from ragloop.observability.run import RunTelemetry
 
@@ -93,12 +99,6 @@ def renamed_question(query: str | None, question: str | None) -> str:
 
 
 # -- the loop -----------------------------------------------------------------------------------
-
-
-def _positive_int(value: object, name: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(name, f"must be an integer >= 1, got {value!r}")
-    return value
 
 
 MODEL_ROLES = ("controller", "answerer", "synthesizer")
@@ -161,9 +161,9 @@ class AgentLoop(Engine[AgentResult, None]):
         self.controller = _chat(controller, "controller")
         self.reply_bounds = _reply_bounds(max_tokens)
         self.answerer = None if answerer is None else _chat(answerer, "answerer")
-        self.max_iterations = _positive_int(max_iterations, "max_iterations")
-        self.chunk_cap = _positive_int(chunk_cap, "chunk_cap")
-        self.max_tool_calls_per_turn = _positive_int(
+        self.max_iterations = check_count(max_iterations, "max_iterations")
+        self.chunk_cap = check_count(chunk_cap, "chunk_cap")
+        self.max_tool_calls_per_turn = check_count(
             max_tool_calls_per_turn, "max_tool_calls_per_turn"
         )
         if not isinstance(fallback_synthesis, bool):

@@ -27,9 +27,11 @@ SearchFn = Callable[..., "list[Chunk] | Awaitable[list[Chunk]]"]
 SystemPromptFn = Callable[[dict[str, Any]], "str | Awaitable[str]"]
 
 
-def _check_count(value: object, name: str, minimum: int) -> None:
+def check_count(value: object, name: str, minimum: int = 1) -> int:
+    """``value``, an integer of at least ``minimum``; else a ConfigError naming ``name``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ConfigError(name, f"must be an integer >= {minimum}, got {value!r}")
+    return value
 
 
 def _is_fraction(value: object) -> bool:
@@ -74,7 +76,7 @@ class LoopConfig:
 
     def __post_init__(self) -> None:
         for name in ("max_iterations", "top_k", "max_sub_queries"):
-            _check_count(getattr(self, name), name, 1)
+            check_count(getattr(self, name), name, 1)
         threshold = self.confidence_threshold
         if not _is_fraction(threshold):
             raise ConfigError(
@@ -155,10 +157,10 @@ class RetrievalLoopConfig:
     budget: Budget | None = None
 
     def __post_init__(self) -> None:
-        _check_count(self.max_iterations, "max_iterations", 1)
-        _check_count(self.min_new_chunks_per_iter, "min_new_chunks_per_iter", 0)
-        _check_count(self.top_k, "top_k", 1)
-        _check_count(self.follow_links, "follow_links", 0)
+        check_count(self.max_iterations, "max_iterations", 1)
+        check_count(self.min_new_chunks_per_iter, "min_new_chunks_per_iter", 0)
+        check_count(self.top_k, "top_k", 1)
+        check_count(self.follow_links, "follow_links", 0)
         threshold = self.improvement_threshold
         if threshold is not None and not _is_fraction(threshold):
             raise ConfigError(
