@@ -27,7 +27,16 @@ from typing import Any, Literal
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError
@@ -45,12 +54,40 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class PostgresSettings(_Section):
+    """``[kb.postgres]``: the PostgreSQL store's options when ``[kb] location`` is a PostgreSQL
+    URL (docs/postgres.md). ``ef_search`` is the HNSW candidate list of a vector query (its
+    recall against exact search is measured in BENCHMARKS.md); ``iterative_scan`` lets
+    pgvector 0.8+ walk on until a filtered query has its ``top_k``; ``hnsw_m`` and
+    ``hnsw_ef_construction`` shape the index when it is built; ``index_build_memory_mb`` is the
+    most memory a build of it asks for (a graph that does not fit builds far slower)."""
+
+    schema_name: str = Field(default="ragloop", alias="schema", min_length=1)
+    pool_max_size: int = Field(default=10, ge=1)
+    hnsw_m: int = Field(default=16, ge=2, le=100)
+    hnsw_ef_construction: int = Field(default=64, ge=4, le=1000)
+    ef_search: int = Field(default=100, ge=1, le=1000)
+    iterative_scan: Literal["relaxed_order", "strict_order", "off"] = "relaxed_order"
+    index_build_memory_mb: int = Field(default=1024, ge=64)
+
+    @model_serializer(mode="wrap")
+    def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)  # `schema` as in the file (a BaseModel attribute)
+        return {"schema": data.pop("schema_name"), **data}
+
+    def store_options(self) -> dict[str, Any]:
+        """The keyword arguments of ``PostgresStore`` these settings give."""
+        return self.model_dump()
+
+
 class KBSettings(_Section):
     """``[kb]``: the knowledge base. ``location`` is a SQLite file or a PostgreSQL URL
-    (``postgresql://user:password@host/db``); ``embedder`` as ``ragloop ingest --embedder``."""
+    (``postgresql://user:password@host/db``); ``embedder`` as ``ragloop ingest --embedder``;
+    ``[kb.postgres]`` the PostgreSQL store's options."""
 
     location: str | None = None
     embedder: str = "default"
+    postgres: PostgresSettings = Field(default_factory=PostgresSettings)
 
 
 class EngineSettings(_Section):

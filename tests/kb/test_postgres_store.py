@@ -17,8 +17,9 @@ import pytest
 
 from ragloop.kb.knowledge_base import Document, KnowledgeBaseNotFound
 from ragloop.kb.stores.base import ChunkRecord, DocumentRecord, Scope, StoreError
+from ragloop.kb.stores.postgres import postings
 from ragloop.kb.stores.postgres.connection import index_probes
-from ragloop.kb.stores.postgres.schema import DELETE_DOCUMENTS, MIGRATIONS
+from ragloop.kb.stores.postgres.schema import LOCK_BLOCKS, MIGRATIONS
 from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase, PostgresStore
 from ragloop.testing import HashEmbedder
 from ragloop.testing.conformance import write_corpus
@@ -37,17 +38,29 @@ def sql(dsn, schema, query, params=()):
 
 
 def counters_match_the_chunks(dsn, schema):
+    """The corpus counters count the chunks, and the postings blocks hold exactly one entry
+    per (lexeme, chunk) of the chunks stored, with its term frequency and chunk length."""
     counted = sql(dsn, schema, "SELECT sum(chunks), sum(terms) FROM corpus_counters")[0]
     actual = sql(dsn, schema, "SELECT count(*), sum(n_terms) FROM chunks")[0]
-    postings = sql(dsn, schema, "SELECT count(*) FROM postings")[0][0]
-    lexemes = sql(dsn, schema, "SELECT coalesce(sum(length(tsv)), 0) FROM chunks")[0][0]
-    orphans = sql(  # postings of chunks no longer stored (postings have no foreign key)
-        dsn,
-        schema,
-        "SELECT count(*) FROM postings p LEFT JOIN chunks c ON c.pk = p.chunk_pk "
-        "WHERE c.pk IS NULL",
-    )[0][0]
-    return counted == actual and postings == lexemes and orphans == 0
+    expected = sorted(
+        sql(
+            dsn,
+            schema,
+            "SELECT t.lexeme, c.collection, c.pk, coalesce(array_length(t.positions, 1), 1), "
+            "c.n_terms FROM chunks c, unnest(c.tsv) t",
+        )
+    )
+    held = []
+    for lexeme, collection, segment, n, entries in sql(
+        dsn, schema, "SELECT lexeme, collection, segment, n, entries FROM postings_blocks"
+    ):
+        pks, tfs, lengths = postings.decode(bytes(entries), [segment], [n])
+        assert n > 0  # an emptied block is dropped
+        held += [
+            (lexeme, collection, int(pk), int(tf), int(length))
+            for pk, tf, length in zip(pks, tfs, lengths, strict=True)
+        ]
+    return counted == actual and sorted(held) == expected
 
 
 def docs(prefix, n, words="alpine tent"):
@@ -234,12 +247,13 @@ def test_the_postings_of_replaced_documents_are_found_by_their_primary_key(dsn, 
     kb.add_documents(docs("x", 300))
     store = kb.store
     with store._pool.connection() as conn, conn.transaction(force_rollback=True):
-        ids = [row[0] for row in conn.execute("SELECT id FROM documents LIMIT 100")]
-        with index_probes(conn):  # unguided, the planner scans every posting here
-            plan = [row[0] for row in conn.execute(f"EXPLAIN {DELETE_DOCUMENTS}", {"ids": ids})]
+        blocks = conn.execute("SELECT lexeme, collection, segment FROM postings_blocks")
+        keys = [list(column) for column in zip(*blocks, strict=True)]
+        with index_probes(conn):  # unguided, the planner may hash every block here
+            plan = [row[0] for row in conn.execute(f"EXPLAIN {LOCK_BLOCKS}", keys)]
         after = conn.execute("SELECT current_setting('enable_hashjoin')").fetchone()
-    assert any("Index Scan using postings_pkey on postings" in line for line in plan)
-    assert not any("Seq Scan on postings" in line for line in plan)
+    assert any("postings_blocks_pkey on postings_blocks" in line for line in plan)
+    assert not any("Seq Scan on postings_blocks" in line for line in plan)
     assert after == ("on",)
     kb.add_documents(docs("x", 300, words="glacier lake"))  # all replaced
     assert len(kb.search("glacier lake", mode="bm25", top_k=500)) == 300
@@ -412,12 +426,12 @@ def test_the_pool_reconnects_after_the_server_restarts(postgres_server, postgres
 def test_a_failure_mid_search_is_a_store_error_and_the_pool_recovers(dsn, postgres_schema):
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
     kb.add_documents(docs("m", 3))
-    sql(dsn, postgres_schema, "ALTER TABLE postings RENAME TO postings_away")
-    with pytest.raises(StoreError, match=r"failed \(UndefinedTable\): .*postings"):
+    sql(dsn, postgres_schema, "ALTER TABLE postings_blocks RENAME TO postings_away")
+    with pytest.raises(StoreError, match=r"failed \(UndefinedTable\): .*postings_blocks"):
         kb.search("alpine tent", mode="bm25")
     with pytest.raises(StoreError, match="UndefinedTable"):  # writes too, no retry loop
         kb.add_documents(docs("n", 1))
-    sql(dsn, postgres_schema, "ALTER TABLE postings_away RENAME TO postings")
+    sql(dsn, postgres_schema, "ALTER TABLE postings_away RENAME TO postings_blocks")
     assert len(kb.search("alpine tent", mode="bm25")) == 3  # the same pool, still usable
     kb.close()
 
@@ -597,4 +611,164 @@ def test_a_fill_that_fails_midway_still_ends_with_the_index(dsn, postgres_schema
     kb.embed()
     assert kb.stats().vectors_missing == 0
     assert vector_index(dsn, postgres_schema) is not None
+    kb.close()
+
+
+def test_a_knowledge_base_of_the_row_per_posting_layout_is_upgraded_in_place(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.add_documents(docs("old", 40) + docs("older", 3, words="glacier lake"))
+    before = [(c.id, c.score) for c in kb.search("alpine glacier note", mode="bm25", top_k=50)]
+    kb.close()
+    # the layout before migration 3: a row per posting, built from the chunks' tsvectors
+    sql(
+        dsn,
+        postgres_schema,
+        "CREATE TABLE postings AS SELECT t.lexeme, c.pk AS chunk_pk, c.collection, "
+        "coalesce(array_length(t.positions, 1), 1) AS tf, c.n_terms FROM chunks c, unnest(c.tsv) t;"
+        "DROP TABLE postings_blocks; DELETE FROM _ragloop_migrations WHERE version = 3",
+    )
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    after = [(c.id, c.score) for c in kb.search("alpine glacier note", mode="bm25", top_k=50)]
+    assert after == before
+    assert len(after) == 43
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    assert sql(dsn, postgres_schema, "SELECT to_regclass('postings')")[0][0] is None
+    kb.close()
+
+
+def test_phrases_looked_up_together_find_what_each_lookup_finds(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None, link_titles=False)
+    kb.add_documents(
+        [
+            Document(text="The Ridge Line tent and the Lake Trail.", source="a"),
+            Document(text="Ridge line of the mountains; a lake trail nearby.", source="b"),
+            Document(text="Nothing here about it.", source="c"),
+        ]
+    )
+    store = kb.store
+    phrases = ["Ridge Line", "lake trail", "Lake Trail", "absent words", "!!"]
+    together = store.chunks_with_phrases(phrases, 10)
+    assert together == {p: store.chunks_with_phrase(p, 10) for p in phrases[:4]}
+    assert [hit[1] for hit in together["Ridge Line"]] == ["default\0a", "default\0b"]
+    assert together["absent words"] == []
+    assert len(store.chunks_with_phrases(["ridge line"], 1)["ridge line"]) == 1
+    kb.close()
+
+
+def test_the_store_options_come_from_kb_postgres_in_ragloop_toml(
+    dsn, postgres_schema, tmp_path, no_ragloop_settings
+):
+    from ragloop.cli.common import open_kb
+    from ragloop.config import use_config_file
+
+    config = tmp_path / "ragloop.toml"
+    config.write_text(
+        f'[kb.postgres]\nschema = "{postgres_schema}"\nef_search = 64\n'
+        'iterative_scan = "strict_order"\nhnsw_m = 8\nindex_build_memory_mb = 256\n'
+    )
+    use_config_file(config)
+    kb = open_kb(dsn, create=True, embedder="hash")
+    store = kb.store
+    assert (store.schema, store.ef_search, store.iterative_scan) == (
+        postgres_schema,
+        64,
+        "strict_order",
+    )
+    assert (store.hnsw_m, store.index_build_memory_mb) == (8, 256)
+    kb.add_documents(docs("toml", 2))
+    assert len(kb.search("alpine tent", mode="dense", top_k=2)) == 2  # the scan mode is valid
+    kb.close()
+    config.write_text("[kb.postgres]\nef_search = 0\n")
+    with pytest.raises(Exception, match="ef_search"):
+        open_kb(dsn, create=True, embedder="hash")
+
+
+def test_store_options_out_of_range_are_config_errors(dsn, postgres_schema):
+    from ragloop.core.errors import ConfigError
+
+    for bad in ({"ef_search": 5000}, {"iterative_scan": "sideways"}, {"hnsw_m": 1}):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            PostgresStore(dsn, schema=postgres_schema, **bad)
+
+
+@pytest.mark.parametrize("phase", ["reading", "embedding"])
+def test_a_killed_ingest_loses_nothing_and_duplicates_nothing(
+    dsn, postgres_schema, tmp_path, monkeypatch, phase
+):
+    import signal
+
+    monkeypatch.setattr("ragloop.kb.stores.postgres.writes.BULK_VECTORS", 50)
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(400):
+        (corpus / f"doc{i:03}.md").write_text(
+            f"# Doc {i}\n\n" + f"Paragraph {i} about tents. " * 40
+        )
+    script = f"""
+from ragloop.kb.ingest import pipeline
+from ragloop.kb.stores.postgres import writes
+from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
+pipeline.WRITE_BATCH = 64  # batches of documents written in one transaction each
+pipeline.EMBED_BATCH = 64
+writes.BULK_VECTORS = 50  # the vector index is dropped for the fill, built after it
+kb = PostgresKnowledgeBase({dsn!r}, schema={postgres_schema!r}, embedder="hash")
+def progress(state):
+    print(state.phase, state.chunks_stored, state.chunks_embedded, flush=True)
+kb.ingest({str(corpus)!r}, on_progress=progress)
+"""
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as run:
+        assert run.stdout is not None
+        for line in run.stdout:
+            now, stored, embedded = line.split()
+            if now == phase and int(stored if phase == "reading" else embedded) >= 200:
+                os.kill(run.pid, signal.SIGKILL)  # some batches in, more to come: no clean-up
+                break
+    assert run.returncode == -signal.SIGKILL
+    partial = sql(dsn, postgres_schema, "SELECT count(*) FROM documents")[0][0]
+    assert 0 < partial <= 400
+    assert counters_match_the_chunks(dsn, postgres_schema)  # whole batches, nothing half
+    if phase == "embedding":  # killed mid-fill: every text in, some vectors, the index gone
+        missing = sql(dsn, postgres_schema, "SELECT count(*) FROM chunks WHERE embedding IS NULL")
+        assert partial == 400
+        assert 0 < missing[0][0] < 400
+        assert vector_index(dsn, postgres_schema) is None
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder="hash")
+    report = kb.ingest(corpus)
+    assert (report.unchanged, report.added) == (partial, 400 - partial)
+    assert kb.stats().documents == 400
+    assert kb.stats().vectors_missing == 0
+    assert (
+        sql(dsn, postgres_schema, "SELECT count(*) - count(DISTINCT text_hash) FROM chunks")[0][0]
+        == 0
+    )
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    assert len(kb.search("paragraph about tents", mode="bm25", top_k=500)) == 400
+    assert vector_index(dsn, postgres_schema) is not None
+    kb.close()
+
+
+def test_a_metadata_filter_far_down_the_ranking_still_gets_the_exact_top(dsn, postgres_schema):
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    strong = [  # rank first on "alpine tent", outside the filter
+        Document(text=f"Alpine tent, alpine tent: the alpine tent {i}.", source=f"s{i}")
+        for i in range(60)
+    ]
+    weak = [  # rank last, inside it: past the first windows of candidates
+        Document(
+            text=f"A long note {i} that mentions an alpine route once among many other words "
+            "about weather, food, water, maps, boots and the way down.",
+            source=f"w{i}",
+            metadata={"team": "gear"},
+        )
+        for i in range(3)
+    ]
+    kb.add_documents(strong + weak)
+    everything = kb.search("alpine tent", mode="bm25", top_k=100)
+    assert [c.source for c in everything[-3:]] == ["w0", "w1", "w2"]
+    found = kb.search("alpine tent", mode="bm25", top_k=2, filters={"team": "gear"})
+    assert [c.source for c in found] == ["w0", "w1"]
+    assert [c.score for c in found] == [c.score for c in everything[-3:-1]]
+    scoped = kb.search("alpine", mode="bm25", top_k=5, filters={"team": "nobody"})
+    assert scoped == []
     kb.close()

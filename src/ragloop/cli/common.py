@@ -70,8 +70,9 @@ def open_kb(
     if is_postgres_dsn(location):
         from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase  # psycopg: slow import
 
+        options = settings().kb.postgres.store_options()  # [kb.postgres] of ragloop.toml
         try:
-            return PostgresKnowledgeBase(location, create=create, embedder=embedder)
+            return PostgresKnowledgeBase(location, create=create, embedder=embedder, **options)
         except RagloopError as error:
             raise click.ClickException(str(error)) from None
     file = Path(location).expanduser()

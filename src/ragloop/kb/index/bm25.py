@@ -225,12 +225,12 @@ class BM25Index:
             scores[self.docs[start:end]] += self.weights[start:end]
         if mask is not None:
             scores[~mask] = 0.0
-        top = _top_indices(scores, top_k)
+        top = top_indices(scores, top_k)
         ceiling = float(self.idfs[present].sum()) * (K1 + 1)
         return [(int(i), min(1.0, float(scores[i]) / ceiling), float(scores[i])) for i in top]
 
 
-def _top_indices(scores: npt.NDArray[np.float32], k: int) -> npt.NDArray[np.intp]:
+def top_indices(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:
     """Indices of the ``k`` highest positive scores, best first, index order on ties.
 
     A full partition of a corpus-sized array costs more than the scoring itself (and degrades

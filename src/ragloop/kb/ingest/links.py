@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ragloop.core.text import STOPWORDS
-from ragloop.kb.stores.base import Link, Store
+from ragloop.kb.stores.base import Link, PhraseBatches, Store
 
 GENERIC_NAMES = frozenset(
     """overview introduction summary conclusion conclusions references contents faq notes
@@ -170,13 +170,19 @@ class NameIndex:
 
 def reverse_links(store: Store, names: Iterable[tuple[str, str, str]]) -> list[Link]:
     """Links from chunks already stored to new names ``(name, target chunk id, doc key)``:
-    the store's phrase search finds the candidates, :func:`mentions_name` decides, as for the
-    new chunks' own links."""
+    the store's phrase search finds the candidates (every name in one query when the store
+    can: :class:`~ragloop.kb.stores.base.PhraseBatches`), :func:`mentions_name` decides, as
+    for the new chunks' own links."""
+    linkable = [entry for entry in names if is_linkable(entry[0])]
+    if isinstance(store, PhraseBatches):
+        found = store.chunks_with_phrases(
+            list(dict.fromkeys(n for n, _, _ in linkable)), ALL_MATCHES
+        )
+    else:
+        found = {n: store.chunks_with_phrase(n, ALL_MATCHES) for n, _, _ in linkable}
     links: list[Link] = []
-    for name, target_id, doc_key in names:
-        if not is_linkable(name):
-            continue
-        for chunk_id, chunk_doc, content in store.chunks_with_phrase(name, ALL_MATCHES):
+    for name, target_id, doc_key in linkable:
+        for chunk_id, chunk_doc, content in found.get(name, ()):
             if chunk_doc != doc_key and mentions_name(content, name):
                 links.append(Link(chunk_id, target_id, name))
     return links

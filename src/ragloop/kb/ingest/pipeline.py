@@ -283,7 +283,7 @@ def _batch_links(store: Store, pending: list[Prepared], names: NameIndex) -> lis
             for index in (names, batch):
                 for target, mention in index.mentions(chunk.content, doc_key):
                     links.append(Link(chunk.id, target, mention))
-        links += reverse_links(store, prepared.names)
+    links += reverse_links(store, [name for p in pending for name in p.names])
     for prepared in pending:
         for name, target, key in prepared.names:
             names.add(name, target, key)

@@ -235,6 +235,17 @@ class PreloadedIndexes(Protocol):
 
 
 @runtime_checkable
+class PhraseBatches(Protocol):
+    """A store that looks up many phrases in one query (``chunks_with_phrase`` for each, by
+    phrase): ingestion looks up every new name of a batch of documents, and a store across a
+    network pays a round trip a lookup otherwise."""
+
+    def chunks_with_phrases(
+        self, phrases: Sequence[str], limit: int
+    ) -> dict[str, list[tuple[str, str, str]]]: ...
+
+
+@runtime_checkable
 class BulkVectorFill(Protocol):
     """A context manager around adding the vectors of ``count`` chunks (ingestion's embedding
     phase), for a store whose vector index is cheaper to build once after many vectors than

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal, TypeVar
 
-from ragloop.core.errors import KnowledgeBaseNotFound, StoreError
+import numpy as np
+import numpy.typing as npt
+from pydantic import ValidationError
+
+from ragloop.config import PostgresSettings
+from ragloop.core.errors import ConfigError, KnowledgeBaseNotFound, StoreError
 from ragloop.kb.stores.postgres.schema import (
     MIGRATIONS,
     migrate,
@@ -20,6 +25,7 @@ from ragloop.kb.stores.rows import model_from_meta
 
 try:
     import psycopg
+    from pgvector.psycopg import register_vector
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg_pool import ConnectionPool
 
@@ -28,6 +34,8 @@ except ImportError as error:  # the postgres extra is not installed
     _MISSING = error
 
 T = TypeVar("T")
+DEFAULTS = PostgresSettings()
+IterativeScan = Literal["relaxed_order", "strict_order", "off"]
 RETRIES = 5  # attempts of a write transaction the server broke off to end a deadlock
 
 
@@ -41,27 +49,41 @@ class PostgresDatabase:
         schema: str = "ragloop",
         create: bool = True,
         pool_min_size: int = 1,
-        pool_max_size: int = 10,
+        pool_max_size: int = DEFAULTS.pool_max_size,
         connect_timeout_s: float = 10.0,
-        hnsw_m: int = 16,
-        hnsw_ef_construction: int = 64,
-        ef_search: int = 40,
+        hnsw_m: int = DEFAULTS.hnsw_m,
+        hnsw_ef_construction: int = DEFAULTS.hnsw_ef_construction,
+        ef_search: int = DEFAULTS.ef_search,
+        iterative_scan: IterativeScan = DEFAULTS.iterative_scan,
+        index_build_memory_mb: int = DEFAULTS.index_build_memory_mb,
     ) -> None:
         if _MISSING is not None:
             raise StoreError(
                 "the PostgreSQL store needs the postgres extra: pip install 'ragloop[postgres]'"
             ) from _MISSING
+        try:  # the options of [kb.postgres], checked by the same rules
+            PostgresSettings.model_validate(
+                {"schema": schema, "pool_max_size": pool_max_size, "hnsw_m": hnsw_m,
+                 "hnsw_ef_construction": hnsw_ef_construction, "ef_search": ef_search,
+                 "iterative_scan": iterative_scan, "index_build_memory_mb": index_build_memory_mb}
+            )  # fmt: skip
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(part) for part in first["loc"])
+            raise ConfigError(field, f"{first['msg']} (a PostgreSQL store option)") from None
         self.schema = schema
         self.hnsw_m = hnsw_m
         self.hnsw_ef_construction = hnsw_ef_construction
         self.ef_search = ef_search
+        self.iterative_scan: IterativeScan = iterative_scan
+        self.index_build_memory_mb = index_build_memory_mb
         self._model: tuple[str, int] | None = None
         params = conninfo_to_dict(dsn)
         params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
         params.setdefault("application_name", "ragloop")
         self._conninfo = make_conninfo("", **params)
         self.location = describe(params, schema)
-        self._iterative_scan = self._migrate(create)
+        self._has_iterative_scan = self._migrate(create)
         self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] = ConnectionPool(
             self._conninfo,
             min_size=pool_min_size,
@@ -86,6 +108,7 @@ class PostgresDatabase:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         set_search_path(conn, self.schema, local=False)
+        register_vector(conn)  # numpy arrays go in as vectors, in binary; vectors come out so
         conn.commit()
 
     def _migrate(self, create: bool) -> bool:
@@ -160,9 +183,11 @@ def plain_text(value: str) -> str:
     return value.replace("\x00", "")  # PostgreSQL text (and jsonb) cannot hold NUL
 
 
-def vector_text(vector: Iterable[float] | None) -> str | None:
-    """A vector as pgvector's text form (the batch's vectors go in as one text array)."""
-    return None if vector is None else "[" + ",".join(repr(float(x)) for x in vector) + "]"
+def as_vector(values: Sequence[float] | npt.NDArray[np.floating[Any]]) -> npt.NDArray[np.float32]:
+    """A vector as numpy float32, which pgvector's binary dumper sends (registered on every
+    connection of the pool: 4 bytes a number, where a list of floats went as a float8 array
+    or a text; turning lists into SQL arrays was most of the time vectors took to store)."""
+    return np.asarray(values, dtype=np.float32)
 
 
 def json_text(value: Any) -> str:

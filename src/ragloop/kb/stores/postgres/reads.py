@@ -1,5 +1,6 @@
-"""Reads of the PostgreSQL store: documents, chunks, BM25 keyword search in SQL, vector
-search over the HNSW index, the vectors still missing, the link graph and the stats."""
+"""Reads of the PostgreSQL store: documents, chunks, BM25 keyword search over the postings
+blocks, vector search over the HNSW index, the vectors still missing, the link graph and the
+stats."""
 
 from __future__ import annotations
 
@@ -17,20 +18,22 @@ from ragloop.kb.stores.base import (
     StoreStats,
     index_text,
 )
+from ragloop.kb.stores.postgres import postings
+from ragloop.kb.stores.postgres.connection import PostgresDatabase, as_vector
 from ragloop.kb.stores.postgres.schema import (
-    BM25_QUERY,
     CHUNK_COLUMNS,
+    CORPUS_TOTALS,
     FILTER_COLUMNS,
     FROM_CHUNKS,
+    KEYWORD_BLOCKS,
     TEXT_CONFIG,
 )
 from ragloop.kb.stores.rows import chunk_from_row
 
 if TYPE_CHECKING:
-    pass
-from ragloop.kb.stores.postgres.connection import (
-    PostgresDatabase,
-)
+    import psycopg
+
+FILTERED_WINDOW = 8  # candidates checked against metadata filters first, per result wanted
 
 
 class PostgresReads(PostgresDatabase):
@@ -100,46 +103,89 @@ class PostgresReads(PostgresDatabase):
         return " AND ".join(clauses), params
 
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
+        """BM25 over the blocks of the query's lexemes (:mod:`.postings`): one row per
+        lexeme from PostgreSQL, the scores added up in numpy, then the best chunks' rows.
+        Metadata filters are applied in SQL to the candidates in score order, a window at a
+        time, so the top is exact however few chunks pass."""
         terms = query_words(query)
         if not terms or scope.empty or top_k < 1:
             return []
         collections = None if scope.collections is None else list(scope.collections)
-        where, scope_params = self._scope_sql(Scope(None, scope.filters))
-        inner_limit = None if scope.filters else top_k
         with self._connection() as conn:
+            totals = conn.execute(CORPUS_TOTALS).fetchone()
+            assert totals is not None
             rows = conn.execute(
-                BM25_QUERY.format(scope=where),
-                [" ".join(terms), collections, collections, inner_limit, *scope_params, top_k],
+                KEYWORD_BLOCKS, {"query": " ".join(terms), "collections": collections}
             ).fetchall()
+            pks, weights, ceiling = postings.score(rows, float(totals[0]), float(totals[1]))
+            held, scores = postings.totals(pks, weights)
+            if scope.filters:
+                hits = self._filtered(conn, postings.in_score_order(held, scores), top_k, scope)
+            else:
+                hits = self._chunks_by_pk(conn, postings.best(held, scores, top_k))
         out = []
-        for row in rows:
-            raw, ceiling = float(row[0]), float(row[1])
+        for raw, row in hits:
             score = min(1.0, max(0.0, raw / ceiling)) if ceiling > 0 else 0.0
-            chunk = chunk_from_row(row[2:], score)
+            chunk = chunk_from_row(row, score)
             chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
             out.append(chunk)
         return out
 
+    @staticmethod
+    def _chunks_by_pk(
+        conn: psycopg.Connection[tuple[Any, ...]],
+        ranked: list[tuple[int, float]],
+        where: str = "true",
+        params: Sequence[Any] = (),
+    ) -> list[tuple[float, tuple[Any, ...]]]:
+        """(score, chunk row) of the ranked (pk, score) in their order, those ``where`` admits."""
+        if not ranked:
+            return []
+        rows = conn.execute(
+            f"SELECT {CHUNK_COLUMNS} {FROM_CHUNKS} WHERE c.pk = ANY (%s) AND {where}",
+            [[pk for pk, _ in ranked], *params],
+            prepare=False,
+        ).fetchall()
+        by_pk = {row[0]: row for row in rows}
+        return [(score, by_pk[pk]) for pk, score in ranked if pk in by_pk]
+
+    def _filtered(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        ranked: list[tuple[int, float]],
+        top_k: int,
+        scope: Scope,
+    ) -> list[tuple[float, tuple[Any, ...]]]:
+        """The first ``top_k`` of ``ranked`` the scope's filters admit, checked in windows
+        that grow eightfold (one query when the filters admit most chunks)."""
+        where, params = self._scope_sql(Scope(None, scope.filters))
+        found: list[tuple[float, tuple[Any, ...]]] = []
+        start, window = 0, FILTERED_WINDOW * top_k
+        while start < len(ranked) and len(found) < top_k:
+            found += self._chunks_by_pk(conn, ranked[start : start + window], where, params)
+            start, window = start + window, window * 8
+        return found[:top_k]
+
     def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
         if scope.empty or top_k < 1:
             return []
-        query = [float(x) for x in vector]
+        query = as_vector(vector)
         where, scope_params = self._scope_sql(scope)
         with self._connection() as conn:
             model = self._recorded_model(conn)
             if model is None or model[1] == 0:
                 return []
-            if len(query) != model[1] or not any(query):
+            if len(query) != model[1] or not query.any():
                 raise StoreError(
                     f"the query vector must be a non-zero {model[1]}-d vector, not {len(query)}-d"
                 )
             settings = ["hnsw.ef_search", str(max(self.ef_search, top_k))]
-            if self._iterative_scan:  # pgvector 0.8: walk on until top_k chunks pass the scope
-                settings += ["hnsw.iterative_scan", "relaxed_order"]
+            if self._has_iterative_scan:  # pgvector 0.8: walk on until top_k pass the scope
+                settings += ["hnsw.iterative_scan", self.iterative_scan]
             calls = ", ".join(["set_config(%s, %s, true)"] * (len(settings) // 2))
             conn.execute(f"SELECT {calls}", settings)
             rows = conn.execute(
-                f"SELECT c.embedding <=> %b::vector AS distance, {CHUNK_COLUMNS} "
+                f"SELECT c.embedding <=> %b AS distance, {CHUNK_COLUMNS} "
                 f"{FROM_CHUNKS} WHERE c.embedding IS NOT NULL AND {where} "
                 "ORDER BY distance LIMIT %s",
                 [query, *scope_params, top_k],
@@ -210,6 +256,30 @@ class PostgresReads(PostgresDatabase):
                 (" ".join(words), limit),
             ).fetchall()
         return [(row[0], f"{row[1]}\0{row[2]}", row[3]) for row in rows]
+
+    def chunks_with_phrases(
+        self, phrases: Sequence[str], limit: int
+    ) -> dict[str, list[tuple[str, str, str]]]:
+        """:meth:`chunks_with_phrase` of each phrase, in one query (ingestion looks up every
+        new name of a batch: a round trip each was most of the links' time)."""
+        spelled = {phrase: " ".join(tokenize(phrase)) for phrase in phrases}
+        wanted = sorted({words for words in spelled.values() if words})
+        if not wanted:
+            return {}
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT p.words, m.id, m.collection, m.source, m.content "
+                f"FROM unnest(%s::text[]) AS p (words) CROSS JOIN LATERAL ("
+                f"SELECT c.pk, c.id, c.collection, d.source, c.content {FROM_CHUNKS} "
+                f"WHERE c.tsv @@ phraseto_tsquery('{TEXT_CONFIG}', p.words) "
+                f"ORDER BY c.pk LIMIT %s) m ORDER BY p.words, m.pk",
+                (wanted, limit),
+                prepare=False,
+            ).fetchall()
+        by_words: dict[str, list[tuple[str, str, str]]] = {}
+        for words, chunk_id, collection, source, content in rows:
+            by_words.setdefault(words, []).append((chunk_id, f"{collection}\0{source}", content))
+        return {phrase: by_words.get(words, []) for phrase, words in spelled.items() if words}
 
     def links_from(
         self, chunk_ids: Sequence[str], collections: Sequence[str] | None = None

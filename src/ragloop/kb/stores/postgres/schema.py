@@ -1,14 +1,17 @@
 """The PostgreSQL store's schema and statements: numbered migrations, the chunk and postings
-inserts and the BM25 query (kept apart from :mod:`ragloop.kb.stores.postgres.store`, which runs
-them).
+writes (kept apart from :mod:`ragloop.kb.stores.postgres.store`, which runs them).
 
-Keyword search reads a ``postings`` table (lexeme, chunk, term frequency, chunk length) filled
-from each chunk's ``to_tsvector('english')`` when it is written. A tsvector + GIN index alone
-was measured first: PostgreSQL then scores every chunk holding any query term (an OR of a
-question's words matched 45% of a 10,000-chunk corpus), reading and unnesting each chunk's
-tsvector, 400 ms a query at 10,000 chunks, and ``ts_rank_cd`` (no idf) still 80 ms; the postings
-are a B-tree range per query lexeme and answered in 7 ms. The GIN index stays for phrase
-lookups (the title link graph).
+Keyword search reads ``postings_blocks`` (:mod:`.postings`: per lexeme, collection and segment
+of chunk pks, the postings as packed bytes), filled from each chunk's
+``to_tsvector('english')`` when it is written. A tsvector + GIN index alone was measured first:
+PostgreSQL then scores every chunk holding any query term (an OR of a question's words matched
+45% of a 10,000-chunk corpus), reading and unnesting each chunk's tsvector, 400 ms a query at
+10,000 chunks, and ``ts_rank_cd`` (no idf) still 80 ms. The GIN index stays for phrase lookups
+(the title link graph) and a deleted chunk's lexemes.
+
+A batch of chunks is copied (``COPY ... FROM STDIN (FORMAT BINARY)``) into a temporary staging
+table, then merged into the tables by one statement: the chunks, their tsvectors, the postings
+blocks and the embedding cache, in the batch's transaction.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ragloop.core.errors import StoreError
-from ragloop.kb.stores.base import BM25_B, BM25_K1
+from ragloop.kb.stores.postgres.postings import SEGMENT_BITS, SEGMENT_SIZE, entry_sql
 
 try:
     import psycopg
@@ -101,6 +104,27 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX chunks_missing_vector_order ON chunks (pk) WHERE embedding IS NULL;
         """,
     ),
+    (
+        3,
+        # postings in blocks (.postings), the rows of the former table packed into them; the
+        # entries are stored out of line uncompressed (EXTERNAL): read without inflating
+        f"""
+        CREATE TABLE postings_blocks (
+            lexeme text NOT NULL,
+            collection text NOT NULL,
+            segment bigint NOT NULL,
+            n integer NOT NULL,
+            entries bytea NOT NULL,
+            PRIMARY KEY (lexeme, collection, segment) INCLUDE (n)
+        );
+        ALTER TABLE postings_blocks ALTER COLUMN entries SET STORAGE EXTERNAL;
+        INSERT INTO postings_blocks (lexeme, collection, segment, n, entries)
+        SELECT lexeme, collection, chunk_pk >> {SEGMENT_BITS}, count(*),
+               string_agg({entry_sql("chunk_pk", "tf", "n_terms")}, ''::bytea ORDER BY chunk_pk)
+        FROM postings GROUP BY 1, 2, 3;
+        DROP TABLE postings;
+        """,
+    ),
 ]
 
 # Columns that filters may name directly; any other key is looked up in the chunk's metadata,
@@ -125,20 +149,47 @@ LOCK_SOURCES = """
         ORDER BY key
     ) k
 """
-# Documents removed with their chunks and postings (postings have no foreign key: they are
-# found by (lexeme, chunk) from the deleted chunks' tsvectors); links go by cascade, the
-# embedding cache stays. Returns the chunks and terms removed (for the corpus counters).
-DELETE_DOCUMENTS = """
+# Documents removed with their chunks (links go by cascade, the embedding cache stays).
+# Returns, per postings block the chunks held, the offsets of the chunks removed from it, and
+# the chunks' and terms' totals in every row (for the corpus counters); the blocks are then
+# rewritten without them (:func:`.writes.remove_postings`).
+DELETE_DOCUMENTS = f"""
     WITH gone AS (
-        DELETE FROM chunks WHERE document_id = ANY (%(ids)s) RETURNING pk, tsv, n_terms
-    ), gone_postings AS (
-        DELETE FROM postings p
-        USING (SELECT pk, unnest(tsvector_to_array(tsv)) AS lexeme FROM gone) x
-        WHERE p.lexeme = x.lexeme AND p.chunk_pk = x.pk
+        DELETE FROM chunks WHERE document_id = ANY (%(ids)s)
+        RETURNING pk, collection, tsv, n_terms
     ), gone_documents AS (
         DELETE FROM documents WHERE id = ANY (%(ids)s)
+    ), totals AS (
+        SELECT count(*) AS chunks, coalesce(sum(n_terms), 0) AS terms FROM gone
     )
-    SELECT count(*), coalesce(sum(n_terms), 0) FROM gone
+    SELECT totals.chunks, totals.terms, b.lexeme, b.collection, b.segment, b.offsets
+    FROM totals LEFT JOIN (
+        SELECT t.lexeme, g.collection, g.pk >> {SEGMENT_BITS} AS segment,
+               array_agg((g.pk & {SEGMENT_SIZE - 1})::integer) AS offsets
+        FROM gone g, unnest(tsvector_to_array(g.tsv)) t (lexeme)
+        GROUP BY 1, 2, 3
+    ) b ON true
+    ORDER BY b.lexeme, b.collection, b.segment
+"""
+# The blocks given by key, locked in key order (as the appends take them).
+LOCK_BLOCKS = """
+    SELECT p.lexeme, p.collection, p.segment, p.entries FROM postings_blocks p
+    JOIN unnest(%s::text[], %s::text[], %s::bigint[]) AS k (lexeme, collection, segment)
+        USING (lexeme, collection, segment)
+    ORDER BY p.lexeme, p.collection, p.segment
+    FOR UPDATE OF p
+"""
+REWRITE_BLOCKS = """
+    UPDATE postings_blocks p SET n = k.n, entries = k.entries
+    FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::integer[], %s::bytea[])
+        AS k (lexeme, collection, segment, n, entries)
+    WHERE p.lexeme = k.lexeme AND p.collection = k.collection AND p.segment = k.segment
+"""
+DROP_EMPTY_BLOCKS = """
+    DELETE FROM postings_blocks p
+    USING unnest(%s::text[], %s::text[], %s::bigint[]) AS k (lexeme, collection, segment)
+    WHERE p.lexeme = k.lexeme AND p.collection = k.collection AND p.segment = k.segment
+      AND p.n = 0
 """
 INSERT_DOCUMENTS = """
     INSERT INTO documents (collection, source, title, content_hash, metadata)
@@ -147,12 +198,35 @@ INSERT_DOCUMENTS = """
         AS d (collection, source, title, content_hash, metadata)
     RETURNING id, collection, source
 """
-# The chunks in the order given (their pk follows it), each with its tsvector and the number
-# of its terms (OFFSET 0 keeps the planner from pulling the subquery up, which parsed each
-# text twice: 1.7 times the parsing time); the postings from the same tsvectors, in index
-# order (the statement 12% faster); the vectors given into the embedding cache when a model
-# is recorded. Returns the chunks and terms added.
-INSERT_CHUNKS = f"""
+# The staging table a batch's chunks are copied into (one per connection, emptied at commit).
+STAGING_COLUMNS = (
+    ("n", "int8"),
+    ("id", "text"),
+    ("document_id", "int8"),
+    ("collection", "text"),
+    ("position", "int4"),
+    ("content", "text"),
+    ("heading_path", "text"),
+    ("text_hash", "text"),
+    ("metadata", "text"),
+    ("embedding", "vector"),
+    ("index_text", "text"),
+)
+CREATE_STAGING = (
+    "CREATE TEMP TABLE IF NOT EXISTS chunks_in ("
+    + ", ".join(f"{name} {kind}" for name, kind in STAGING_COLUMNS)
+    + ") ON COMMIT DELETE ROWS"
+)
+COPY_STAGING = (
+    f"COPY chunks_in ({', '.join(name for name, _ in STAGING_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+)
+# The staged chunks in the order given (their pk follows it), each with its tsvector and the
+# number of its terms (OFFSET 0 keeps the planner from pulling the subquery up, which parsed
+# each text twice: 1.7 times the parsing time); their postings appended to the blocks, one row
+# per block the batch touches, in key order (so two writers lock blocks in one order); the
+# vectors given into the embedding cache when a model is recorded. Returns the chunks and
+# terms added.
+MERGE_STAGING = f"""
     WITH new AS (
         INSERT INTO chunks (id, document_id, collection, position, content, heading_path,
                             text_hash, metadata, tsv, n_terms, embedding)
@@ -160,21 +234,21 @@ INSERT_CHUNKS = f"""
                r.text_hash, r.metadata::jsonb, v.tsv,
                (SELECT coalesce(sum(coalesce(array_length(t.positions, 1), 1)), 0)
                 FROM unnest(v.tsv) t),
-               r.embedding::vector
-        FROM unnest(%(id)s::text[], %(document_id)s::bigint[], %(collection)s::text[],
-                    %(position)s::integer[], %(content)s::text[], %(heading_path)s::text[],
-                    %(text_hash)s::text[], %(metadata)s::text[], %(embedding)s::text[],
-                    %(index_text)s::text[])
-            WITH ORDINALITY AS r (id, document_id, collection, position, content, heading_path,
-                                  text_hash, metadata, embedding, index_text, n),
+               r.embedding
+        FROM chunks_in r,
             LATERAL (SELECT to_tsvector('{TEXT_CONFIG}', r.index_text) AS tsv OFFSET 0) v
         ORDER BY r.n
         RETURNING pk, collection, tsv, n_terms, text_hash, embedding
     ), new_postings AS (
-        INSERT INTO postings (lexeme, chunk_pk, collection, tf, n_terms)
-        SELECT t.lexeme, new.pk, new.collection, coalesce(array_length(t.positions, 1), 1),
-               new.n_terms
-        FROM new, unnest(new.tsv) t ORDER BY t.lexeme, new.pk
+        INSERT INTO postings_blocks AS p (lexeme, collection, segment, n, entries)
+        SELECT t.lexeme, new.collection, new.pk >> {SEGMENT_BITS}, count(*),
+               string_agg({
+    entry_sql("new.pk", "coalesce(array_length(t.positions, 1), 1)", "new.n_terms")
+}, ''::bytea)
+        FROM new, unnest(new.tsv) t
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (lexeme, collection, segment)
+        DO UPDATE SET n = p.n + excluded.n, entries = p.entries || excluded.entries
     ), new_cached AS (
         INSERT INTO embeddings (model_id, text_hash, embedding)
         SELECT %(model_id)s, text_hash, embedding FROM new
@@ -192,41 +266,26 @@ FLUSH_PENDING_TSVECTORS = """
     SELECT gin_clean_pending_list(i.oid) FROM pg_class i
     WHERE i.oid = 'chunks_tsv'::regclass AND pg_has_role(i.relowner, 'USAGE')
 """
-# BM25 over the postings of the query's lexemes: a B-tree range per lexeme, no row of chunks
-# read until the top is known. Document frequencies are counted on the same postings (over
-# every collection, as the corpus size and average length from the counters are). Parameters:
-# the query text, the collections (NULL: all), the inner limit (NULL when metadata filters
-# must see every candidate), the scope's, the limit.
-BM25_QUERY = f"""
-    WITH corpus AS (
-        SELECT greatest(coalesce(sum(chunks), 0), 1)::float8 AS n,
-               greatest(coalesce(sum(terms), 0)::float8 / greatest(coalesce(sum(chunks), 0), 1),
-                        1) AS avgdl
-        FROM corpus_counters
-    ),
-    hits AS MATERIALIZED (
-        SELECT p.lexeme, p.chunk_pk, p.collection, p.tf::float8 AS tf, p.n_terms
-        FROM postings p
-        WHERE p.lexeme = ANY (tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s)))
-    ),
-    idf AS (
-        SELECT h.lexeme, greatest(ln((corpus.n - count(*) + 0.5) / (count(*) + 0.5)), 1e-6) AS idf
-        FROM hits h, corpus GROUP BY h.lexeme, corpus.n
-    ),
-    top AS (
-        SELECT h.chunk_pk, sum(i.idf * h.tf * {BM25_K1 + 1} / (h.tf + {BM25_K1}
-                               * (1 - {BM25_B} + {BM25_B} * h.n_terms / corpus.avgdl))) AS raw
-        FROM hits h JOIN idf i USING (lexeme), corpus
-        WHERE %s::text[] IS NULL OR h.collection = ANY (%s::text[])
-        GROUP BY h.chunk_pk
-        ORDER BY raw DESC, h.chunk_pk
-        LIMIT %s
-    )
-    SELECT t.raw, (SELECT sum(idf) FROM idf) * {BM25_K1 + 1}, {CHUNK_COLUMNS}
-    FROM top t JOIN chunks c ON c.pk = t.chunk_pk JOIN documents d ON d.id = c.document_id
-    WHERE {{scope}}
-    ORDER BY t.raw DESC, c.pk
-    LIMIT %s
+# The blocks of the query's lexemes: per lexeme its document frequency (over every collection,
+# as the corpus size and average length from the counters are: the index-only part) and the
+# blocks in scope, concatenated in order with their segments and counts (NULL when none is).
+# Parameters: the query text, the collections (NULL: all).
+_IN_SCOPE = (
+    "FILTER (WHERE %(collections)s::text[] IS NULL OR p.collection = ANY (%(collections)s::text[]))"
+)
+KEYWORD_BLOCKS = f"""
+    SELECT sum(p.n),
+           string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment) {_IN_SCOPE},
+           array_agg(p.segment ORDER BY p.collection, p.segment) {_IN_SCOPE},
+           array_agg(p.n ORDER BY p.collection, p.segment) {_IN_SCOPE}
+    FROM postings_blocks p
+    WHERE p.lexeme = ANY (tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %(query)s)))
+    GROUP BY p.lexeme
+"""
+CORPUS_TOTALS = """
+    SELECT greatest(coalesce(sum(chunks), 0), 1)::float8,
+           greatest(coalesce(sum(terms), 0)::float8 / greatest(coalesce(sum(chunks), 0), 1), 1)
+    FROM corpus_counters
 """
 
 

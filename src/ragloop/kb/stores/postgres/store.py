@@ -5,25 +5,27 @@ graph in one schema of a PostgreSQL (>= 13) database with pgvector (>= 0.5).
 fusion, the retriever) over a :class:`PostgresStore`. Connections come from a psycopg 3 pool,
 one per thread at a time, checked before use so a restarted server is reconnected to.
 
-- Writes: one transaction per batch of documents, a statement per step for the whole batch,
-  serialised per source by advisory locks taken in key order, retried on deadlock; the chunks'
-  vectors also go into the embedding cache (``embeddings``, keyed by model id and text hash).
-  Numbered migrations are recorded in ``_ragloop_migrations``.
-- Keyword search: BM25 in SQL (k1 1.2, b 0.75 and the idf of FTS5, as the other stores) over
-  a postings table filled from each chunk's ``to_tsvector('english')`` (Snowball stemming,
-  stopwords dropped); a GIN index on the tsvector serves phrase lookups. Document frequencies
-  are counted on the query's postings, the corpus size and length come from sharded counters:
-  exact, without a row every writer waits for. The score is divided by the highest score the
-  query could reach (every term at saturation), the normalisation of every store, so it lies
-  in [0, 1]. Why not ``ts_rank_cd`` on the GIN index: see :mod:`.postgres_schema`.
+- Writes: one transaction per batch of documents, its chunks copied in binary into a staging
+  table and merged by one statement, serialised per source by advisory locks taken in key
+  order, retried on deadlock; the chunks' vectors also go into the embedding cache
+  (``embeddings``, keyed by model id and text hash). Numbered migrations are recorded in
+  ``_ragloop_migrations``.
+- Keyword search: BM25 (k1 1.2, b 0.75 and the idf of FTS5, as the other stores) over postings
+  kept in blocks (:mod:`.postings`), filled from each chunk's ``to_tsvector('english')``
+  (Snowball stemming, stopwords dropped) and added up in numpy; a GIN index on the tsvector
+  serves phrase lookups. Document frequencies are the blocks' counts, the corpus size and length
+  come from sharded counters: exact, without a row every writer waits for. The score is divided
+  by the highest score the query could reach (every term at saturation), the normalisation of
+  every store, so it lies in [0, 1]. Why not ``ts_rank_cd`` on the GIN index: see
+  :mod:`.schema`.
 - Vector search: cosine distance in an HNSW index (``vector_cosine_ops``), created when the
   embedding model is recorded, and built again after a fill of many vectors at once
   (:meth:`PostgresStore.filling_vectors`); filters are applied in the same query, with
   pgvector 0.8's iterative scan so a narrow collection still fills ``top_k``. Score: 1 -
   distance, clipped.
-- Hybrid search is fused in Python by the knowledge base, as for every store: fusing in one SQL
-  statement was measured slower (benchmarks/bench_postgres.py: 111 against 78 ms p50 at 100,000
-  chunks).
+- Hybrid search is fused in Python by the knowledge base, as for every store (with BM25 added
+  up in Python there is nothing to fuse in SQL; fusing both in one statement was measured no
+  faster when BM25 ran in SQL: 48 against 50 ms p50 at 100,000 chunks).
 """
 
 from __future__ import annotations

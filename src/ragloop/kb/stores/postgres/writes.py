@@ -1,6 +1,6 @@
-"""Writes of the PostgreSQL store: a batch of documents in one transaction (a statement per
-step for the whole batch), deletions, metadata, the embedding model and its HNSW index, vectors
-and links."""
+"""Writes of the PostgreSQL store: a batch of documents in one transaction (its chunks and
+vectors copied in with ``COPY`` and merged by one statement), deletions, metadata, the embedding
+model and its HNSW index, vectors and links."""
 
 from __future__ import annotations
 
@@ -15,31 +15,40 @@ from ragloop.kb.stores.base import (
     DocumentRecord,
     Link,
 )
+from ragloop.kb.stores.postgres import postings
 from ragloop.kb.stores.postgres.schema import (
+    COPY_STAGING,
     COUNTER_SLOTS,
+    CREATE_STAGING,
     DELETE_DOCUMENTS,
+    DROP_EMPTY_BLOCKS,
     FLUSH_PENDING_TSVECTORS,
     HNSW_MAX_DIMENSIONS,
-    INSERT_CHUNKS,
     INSERT_DOCUMENTS,
+    LOCK_BLOCKS,
     LOCK_SOURCES,
+    MERGE_STAGING,
     MIGRATION_LOCK,
+    REWRITE_BLOCKS,
+    STAGING_COLUMNS,
 )
 
 if TYPE_CHECKING:
     import psycopg
 from ragloop.kb.stores.postgres.connection import (
     PostgresDatabase,
+    as_vector,
     index_probes,
     json_text,
     plain_text,
     recorded_model,
-    vector_text,
     vectors_stored,
 )
 
 BULK_VECTORS = 2_000  # vectors added at once from which the HNSW index is built after them
-MAX_BUILD_MEMORY_MB = 1_024  # the most maintenance_work_mem an index build asks for
+# ... when they are at least this share of the vectors stored: inserting into the graph cost
+# 1.7-5.7 ms a vector (20,000 stored), building it 0.2-0.3 ms a vector stored
+REBUILD_SHARE = 1 / 8
 
 
 class PostgresWrites(PostgresDatabase):
@@ -94,27 +103,31 @@ class PostgresWrites(PostgresDatabase):
             ],
         ).fetchall()
         ids = {(collection, source): id_ for id_, collection, source in rows}
-        chunks = [
-            (ids[key], key[0], chunk)
-            for key, (_, doc_chunks) in documents.items()
-            for chunk in doc_chunks
-        ]
+        conn.execute(CREATE_STAGING)
+        with conn.cursor() as cursor, cursor.copy(COPY_STAGING) as copy:
+            copy.set_types([kind for _, kind in STAGING_COLUMNS])
+            n = 0
+            for key, (_, doc_chunks) in documents.items():
+                for chunk in doc_chunks:
+                    copy.write_row(
+                        (
+                            n,
+                            chunk.id,
+                            ids[key],
+                            key[0],
+                            chunk.position,
+                            plain_text(chunk.content),
+                            json_text(chunk.heading_path),
+                            chunk.text_hash,
+                            json_text(chunk.metadata),
+                            None if chunk.vector is None else as_vector(chunk.vector),
+                            plain_text(chunk.index_text),
+                        )
+                    )
+                    n += 1
         model = self._recorded_model(conn)
         added = conn.execute(
-            INSERT_CHUNKS,
-            {
-                "id": [chunk.id for _, _, chunk in chunks],
-                "document_id": [document_id for document_id, _, _ in chunks],
-                "collection": [collection for _, collection, _ in chunks],
-                "position": [chunk.position for _, _, chunk in chunks],
-                "content": [plain_text(chunk.content) for _, _, chunk in chunks],
-                "heading_path": [json_text(chunk.heading_path) for _, _, chunk in chunks],
-                "text_hash": [chunk.text_hash for _, _, chunk in chunks],
-                "metadata": [json_text(chunk.metadata) for _, _, chunk in chunks],
-                "embedding": [vector_text(chunk.vector) for _, _, chunk in chunks],
-                "index_text": [plain_text(chunk.index_text) for _, _, chunk in chunks],
-                "model_id": None if model is None else model[0],
-            },
+            MERGE_STAGING, {"model_id": None if model is None else model[0]}, prepare=False
         ).fetchone()
         assert added is not None
         return int(added[0]), int(added[1])
@@ -188,7 +201,7 @@ class PostgresWrites(PostgresDatabase):
     @contextlib.contextmanager
     def filling_vectors(self, count: int) -> Iterator[None]:
         """Around adding the vectors of ``count`` chunks (ingestion's embedding phase). When
-        they are many (``BULK_VECTORS`` or more, and at least a quarter of the vectors already
+        they are many (``BULK_VECTORS`` or more, and at least an eighth of the vectors already
         indexed) the HNSW index is dropped first and built once they are all in: at 5,000
         chunks, inserting into the graph vector by vector cost 1.7 ms a vector, building it
         0.2 ms. Searches meanwhile scan every vector (exact, slower). However the fill ends
@@ -200,7 +213,7 @@ class PostgresWrites(PostgresDatabase):
             return
         if count >= BULK_VECTORS:  # only then is the table counted: a seq scan
             with self._connection() as conn:
-                rebuild = 4 * count >= vectors_stored(conn)
+                rebuild = count >= REBUILD_SHARE * vectors_stored(conn)
             if rebuild:
                 self._write(lambda conn: conn.execute("DROP INDEX IF EXISTS chunks_embedding"))
         try:
@@ -217,7 +230,9 @@ class PostgresWrites(PostgresDatabase):
         # vectors and their neighbour lists, given about 1 kB a vector for the latter
         model = recorded_model(conn)
         vector_bytes = 4 * (model[1] if model else 0) + 1024
-        needed_mb = min(MAX_BUILD_MEMORY_MB, 1 + vectors_stored(conn) * vector_bytes // 2**20)
+        needed_mb = min(
+            self.index_build_memory_mb, 1 + vectors_stored(conn) * vector_bytes // 2**20
+        )
         conn.execute(
             "SELECT set_config('maintenance_work_mem', %s, true) "
             "WHERE pg_size_bytes(current_setting('maintenance_work_mem')) < pg_size_bytes(%s)",
@@ -232,8 +247,8 @@ class PostgresWrites(PostgresDatabase):
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
             with conn.cursor() as cursor:
                 cursor.executemany(
-                    "INSERT INTO embeddings VALUES (%s, %s, %b::vector) ON CONFLICT DO NOTHING",
-                    [(model_id, h, [float(x) for x in v]) for h, v in items.items()],
+                    "INSERT INTO embeddings VALUES (%s, %s, %b) ON CONFLICT DO NOTHING",
+                    [(model_id, h, as_vector(v)) for h, v in items.items()],
                 )
 
         from psycopg.errors import ReadOnlySqlTransaction  # the postgres extra, there when open
@@ -243,22 +258,37 @@ class PostgresWrites(PostgresDatabase):
 
     def add_vectors(self, model_id: str, vectors: dict[str, Sequence[float]]) -> None:
         """Vectors of stored chunks (by text hash), and into the embedding cache, in one
-        transaction."""
+        transaction: copied into a staging table, then two statements (a statement a vector
+        spent 3 ms a vector at 20,000 chunks, most of it turning lists into SQL arrays)."""
         if not vectors:
             return
-        items = [(h, [float(x) for x in v]) for h, v in vectors.items()]
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
-            with conn.cursor() as cursor:
-                cursor.executemany(
-                    "UPDATE chunks SET embedding = %b::vector "
-                    "WHERE text_hash = %s AND embedding IS NULL",
-                    [(v, h) for h, v in items],
+            conn.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS vectors_in (text_hash text, embedding vector) "
+                "ON COMMIT DELETE ROWS"
+            )
+            with (
+                conn.cursor() as cursor,
+                cursor.copy(
+                    "COPY vectors_in (text_hash, embedding) FROM STDIN (FORMAT BINARY)"
+                ) as copy,
+            ):
+                copy.set_types(["text", "vector"])
+                for text_hash, vector in vectors.items():
+                    copy.write_row((text_hash, as_vector(vector)))
+            with index_probes(conn):  # else every chunk without a vector is hashed
+                conn.execute(
+                    "UPDATE chunks c SET embedding = v.embedding FROM vectors_in v "
+                    "WHERE c.text_hash = v.text_hash AND c.embedding IS NULL",
+                    prepare=False,
                 )
-                cursor.executemany(
-                    "INSERT INTO embeddings VALUES (%s, %s, %b::vector) ON CONFLICT DO NOTHING",
-                    [(model_id, h, v) for h, v in items],
-                )
+            conn.execute(
+                "INSERT INTO embeddings (model_id, text_hash, embedding) "
+                "SELECT %s, text_hash, embedding FROM vectors_in ON CONFLICT DO NOTHING",
+                (model_id,),
+                prepare=False,
+            )
 
         self._write(work)
 
@@ -293,10 +323,41 @@ def delete_documents(conn: psycopg.Connection[tuple[Any, ...]], ids: list[int]) 
     replaced: 75 ms a document at 10,000 chunks)."""
     if not ids:
         return 0, 0
+    rows = conn.execute(DELETE_DOCUMENTS, {"ids": ids}, prepare=False).fetchall()
+    blocks = {(row[2], row[3], row[4]): row[5] for row in rows if row[2] is not None}
+    if blocks:
+        remove_postings(conn, blocks)
+    return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+
+
+def remove_postings(
+    conn: psycopg.Connection[tuple[Any, ...]], blocks: dict[tuple[str, str, int], list[int]]
+) -> None:
+    """Rewrite postings blocks without the entries of deleted chunks (``blocks``: the offsets
+    to drop from each block, by key); a block left empty goes."""
+    keys = [list(column) for column in zip(*blocks, strict=True)]
     with index_probes(conn):
-        gone = conn.execute(DELETE_DOCUMENTS, {"ids": ids}, prepare=False).fetchone()
-    assert gone is not None
-    return int(gone[0]), int(gone[1])
+        held = conn.execute(LOCK_BLOCKS, keys, prepare=False).fetchall()
+        kept = [
+            (
+                lexeme,
+                collection,
+                segment,
+                postings.without(entries, blocks[lexeme, collection, segment]),
+            )
+            for lexeme, collection, segment, entries in held
+        ]
+        columns = [list(column) for column in zip(*kept, strict=True)] if kept else [[]] * 4
+        conn.execute(
+            REWRITE_BLOCKS,
+            [
+                *columns[:3],
+                [len(entries) // postings.ENTRY.itemsize for entries in columns[3]],
+                columns[3],
+            ],
+            prepare=False,
+        )
+        conn.execute(DROP_EMPTY_BLOCKS, columns[:3], prepare=False)
 
 
 def count_rows(conn: psycopg.Connection[tuple[Any, ...]], chunks: int, terms: int) -> None:
