@@ -53,6 +53,7 @@ from ragloop.server.schemas import (
     SafeJSONResponse,
     SearchRequest,
     SearchResponse,
+    Shared,
 )
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
@@ -115,7 +116,8 @@ def create_app(service: Service) -> FastAPI:
 def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/healthz", response_model=Health, tags=["server"])
     def healthz() -> Health:
-        """Liveness: the server answers and its knowledge base is open."""
+        """Liveness: the server answers and its knowledge base is open; and what it shares
+        with the other servers of its knowledge base (``shared``)."""
         backend = "postgresql" if service.kb.path is None else "sqlite"
         return Health(
             status="ok",
@@ -123,6 +125,8 @@ def _routes(app: FastAPI, service: Service) -> None:
             auth=not service.access.local_only,
             engines=list(ENGINE_NAMES),
             knowledge_base=backend,
+            workers=service.settings.server.workers,
+            shared=Shared.model_validate(service.shared()),
         )
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
