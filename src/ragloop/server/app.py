@@ -62,8 +62,9 @@ logger = logging.getLogger("ragloop.server")
 Result = LoopResult | AgentResult | RetrievalResult
 
 
-def create_app(service: Service) -> FastAPI:
-    """The app over ``service`` (the caller keeps and closes the service)."""
+def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+    """The app over ``service`` (the caller keeps and closes the service, or gives
+    ``on_shutdown``, called when the server stops: a worker process's app)."""
     settings = service.settings.server
     mcp_app = None
     if settings.mcp:
@@ -73,11 +74,15 @@ def create_app(service: Service) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if mcp_app is None:
-            yield
-            return
-        async with mcp_app.router.lifespan_context(mcp_app):
-            yield
+        try:
+            if mcp_app is None:
+                yield
+            else:
+                async with mcp_app.router.lifespan_context(mcp_app):
+                    yield
+        finally:
+            if on_shutdown is not None:
+                on_shutdown()
 
     # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN
     app = FastAPIOffline(
