@@ -116,7 +116,7 @@ def run_workers(sock: socket.socket, workers: int) -> None:
         http="ragloop.server.protocol:HeaderTimeoutProtocol",
     )
     try:
-        if "target" in inspect.signature(Multiprocess).parameters:  # uvicorn before 0.50
+        if "target" in inspect.signature(Multiprocess).parameters:  # an older uvicorn
             server = uvicorn.Server(config)
             Multiprocess(config, target=server.run, sockets=[sock]).run()  # type: ignore[call-arg]
         else:

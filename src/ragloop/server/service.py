@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragloop.config import Settings, default_kb_location, kb_traces_location
 from ragloop.core.budget import Budget
@@ -50,6 +50,9 @@ from ragloop.providers import resolve_model
 from ragloop.server.access import AccessControl, AccessDenied, Caller
 from ragloop.server.errors import Refusal, ServerMisconfigured
 from ragloop.server.slots import PostgresSlots, ProcessSlots, Slots
+
+if TYPE_CHECKING:
+    from ragloop.kb.stores.postgres.store import PostgresStore
 
 logger = logging.getLogger("ragloop.server")
 
@@ -291,7 +294,7 @@ def check_failed(result: Any) -> None:
     raise Refusal(502, message, code="model_error")
 
 
-def postgres_store(kb: KnowledgeBase) -> Any:
+def postgres_store(kb: KnowledgeBase) -> PostgresStore | None:
     """The knowledge base's PostgreSQL store, or None (its module loads psycopg: only then)."""
     if kb.path is not None:
         return None
