@@ -21,7 +21,8 @@ import typing as _typing
 # even them); the others are listed here
 _OWN_EXPORTS: dict[str, tuple[str, ...]] = {
     "ragloop.observability": ("EventKind", "LoopEvent", "listen", "set_trace_content"),
-    "ragloop.observability.traces": ("TraceRecord", "TraceRecorder", "TraceStore"),
+    "ragloop.observability.traces": ("TraceRecord", "TraceRecorder", "TraceStorage", "TraceStore"),
+    "ragloop.observability.trace_stores": ("PostgresTraceStore", "open_trace_store"),
     "ragloop.providers": (
         "AnthropicModel",
         "OpenAICompatibleEmbedder",
@@ -190,7 +191,8 @@ if _typing.TYPE_CHECKING:  # the lazy names as type checkers and editors see the
     from ragloop.kb.stores.base import Store
     from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase, PostgresStore
     from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
-    from ragloop.observability.traces import TraceRecord, TraceRecorder, TraceStore
+    from ragloop.observability.trace_stores import PostgresTraceStore, open_trace_store
+    from ragloop.observability.traces import TraceRecord, TraceRecorder, TraceStorage, TraceStore
     from ragloop.providers import (
         AnthropicModel,
         OpenAICompatibleEmbedder,

@@ -12,7 +12,7 @@ key and where it came from.
 The CLI (``ask``, ``search``, ``ingest`` ...), ``ragloop serve`` and ``ragloop mcp`` all read
 it; ``ragloop config show`` prints the effective settings with secrets masked. The default
 locations live here too: the knowledge base when none is named (:func:`default_kb_location`)
-and where its traces are stored (:func:`kb_traces_file`).
+and where its traces are stored (:func:`kb_traces_location`).
 """
 
 from __future__ import annotations
@@ -175,8 +175,10 @@ class ServerSettings(_Section):
     ``max_concurrency_per_key`` the requests one key runs at once (more are refused with 429),
     ``header_timeout_s`` how long a connection may take to send a request's headers (slower
     ones, slowloris, are closed).
-    ``traces`` is where runs are stored (default: beside a SQLite knowledge base; give one file
-    shared by every server process behind one PostgreSQL knowledge base)."""
+    ``traces`` is where runs are stored: a SQLite file or a ``postgresql://`` URL (default:
+    beside a SQLite knowledge base, and in the database of a PostgreSQL one, where every
+    server of a fleet reads them). ``workers`` is how many processes ``ragloop serve`` runs
+    on this host (one socket, requests spread by the kernel)."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -187,6 +189,7 @@ class ServerSettings(_Section):
     max_concurrency_per_key: int = Field(default=16, ge=1)
     header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
     traces: str | None = None
+    workers: int = Field(default=1, ge=1, le=64)
     cors_origins: list[str] = Field(default_factory=list)
     mcp: bool = True
 
@@ -394,7 +397,7 @@ def _env_value(raw: str) -> Any:
 
 
 def data_folder() -> Path:
-    """The user's data folder for ragloop (the default knowledge base, PostgreSQL traces)."""
+    """The user's data folder for ragloop (the default knowledge base)."""
     return Path(platformdirs.user_data_dir("ragloop"))
 
 
@@ -409,15 +412,14 @@ def default_kb_location(settings: Settings | None = None) -> str:
     return configured or str(data_folder() / "kb.sqlite")
 
 
-def kb_traces_file(location: str) -> Path:
-    """Where the traces of the knowledge base at ``location`` are stored: beside its file
-    (:func:`traces_path_for`), or, for PostgreSQL, in the user data folder under a name derived
-    from the URL without its password."""
-    if not is_postgres_dsn(location):
-        return traces_path_for(Path(location).expanduser())
-    safe = re.sub(r"//([^:@/]*):[^@/]*@", r"//\1@", location)
-    digest = hashlib.sha256(safe.encode()).hexdigest()[:12]
-    return data_folder() / f"postgres-{digest}.traces.sqlite"
+def kb_traces_location(location: str) -> str:
+    """Where the traces of the knowledge base at ``location`` are stored: the file beside it
+    (:func:`traces_path_for`), or, for PostgreSQL, the same database (its URL: the traces go
+    into a schema of their own there, ``ragloop_traces``), so every server and command that
+    reaches the knowledge base reaches its traces."""
+    if is_postgres_dsn(location):
+        return location
+    return str(traces_path_for(Path(location).expanduser()))
 
 
 # -- API keys ------------------------------------------------------------------------------------

@@ -33,3 +33,37 @@ def _content_capture_follows_the_environment(monkeypatch: pytest.MonkeyPatch):
     set_trace_content(None)
     yield
     set_trace_content(None)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def trace_store(request, tmp_path):
+    """A trace store of each kind, empty: a SQLite file, and a schema of the test's own on
+    the session's PostgreSQL (the tests of a kind that cannot run are skipped)."""
+    if request.param == "sqlite":
+        from ragloop.observability.traces import TraceStore
+
+        store = TraceStore(tmp_path / "traces.sqlite")
+    else:
+        from ragloop.observability.trace_stores import PostgresTraceStore
+
+        server = request.getfixturevalue("postgres_server")
+        schema = request.getfixturevalue("postgres_schema")
+        store = PostgresTraceStore(server.dsn, schema=schema)
+    yield store
+    store.close()
+
+
+def stored_text(store) -> str:
+    """Everything a trace store holds, as text: the SQLite file's bytes and its write-ahead
+    log's (where the latest writes are), or every row of the PostgreSQL schema's traces
+    table."""
+    from ragloop.observability.traces import TraceStore
+
+    if isinstance(store, TraceStore):
+        files = [store.path, store.path.with_name(store.path.name + "-wal")]
+        return "".join(f.read_bytes().decode("utf-8", "replace") for f in files if f.exists())
+    import psycopg
+
+    with psycopg.connect(store._pool.conninfo) as conn:
+        rows = conn.execute(f'SELECT t::text FROM "{store.schema}".traces t').fetchall()
+    return "\n".join(row[0] for row in rows)

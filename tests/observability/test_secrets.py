@@ -115,11 +115,11 @@ def _span_text(spans) -> str:
 
 
 @pytest.mark.parametrize("capture", [False, True])
-def test_no_secret_reaches_errors_traces_logs_or_spans(server, spans, tmp_path, capture):
+def test_no_secret_reaches_errors_traces_logs_or_spans(server, spans, trace_store, capture):
     set_trace_content(capture)
     logs = io.StringIO()
     handler = install_json_logging(logs)
-    store = TraceStore(tmp_path / "traces.sqlite")
+    store = trace_store
     try:
         with override_allow_model_requests("loopback"):
             model = _model(server)

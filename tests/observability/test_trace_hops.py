@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 from ragloop import Document, KnowledgeBase
 from ragloop.cli import main as cli
-from ragloop.cli.common import traces_file
+from ragloop.cli.common import open_traces
 from ragloop.observability import set_trace_content
 from ragloop.observability.report_html import render_html
-from ragloop.observability.traces import TraceStore, trace_steps
+from ragloop.observability.traces import trace_steps
 
 QUESTION = "How much does tent 3 weigh and who makes tent 7?"
 HOP = re.compile(r"<li class='hop'>hop (\d+): <code>(.*?)</code> (\d+) chunk\(s\)")
@@ -46,7 +46,7 @@ def ask(kb_path, *extra: str):
         cli, [*extra, "ask", QUESTION, "--kb", str(kb_path), "--engine", "retrieval"]
     )
     assert result.exit_code == 0, result.output
-    store = TraceStore(traces_file(str(kb_path)))
+    store = open_traces(str(kb_path))
     try:
         return store.get(store.list(1)[0].id)
     finally:

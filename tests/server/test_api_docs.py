@@ -75,7 +75,7 @@ def test_429_says_when_to_retry(server):
                 client.post("/v1/ask", json={"question": "q", "engine": "rag"})
             )
             for _ in range(3000):  # until the first one runs
-                if service.access._running.get("one", 0):
+                if service.access.running("one"):
                     break
                 await asyncio.sleep(0.01)
             second = await client.post("/v1/ask", json={"question": "q", "engine": "rag"})

@@ -34,7 +34,7 @@ def slow_loop() -> RAGLoop:
 
 
 def running(service) -> int:
-    return service.access._running.get("one", 0)
+    return service.access.running("one")
 
 
 def cancelled(service) -> int:

@@ -31,20 +31,31 @@ def free_port() -> int:
 
 @contextmanager
 def ragloop_serve(*args: str, config: Path | None = None) -> Iterator[str]:
+    with serve_process(*args, config=config) as (url, _):
+        yield url
+
+
+@contextmanager
+def serve_process(
+    *args: str, config: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`ragloop serve ARGS` on a free port, with no RAGLOOP_* variable of this machine but
+    ``env``'s; its URL once it answers, and the process."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGLOOP_")}
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("RAGLOOP_")}
+    environment.update(env or {})
     if config is not None:
-        env["RAGLOOP_CONFIG"] = str(config)
+        environment["RAGLOOP_CONFIG"] = str(config)
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "ragloop", "serve", "--port", str(port), *args],
-            env=env,
+            env=environment,
             stdout=subprocess.DEVNULL,
             stderr=log,
             text=True,
         )
         try:
-            yield wait_until_up(f"http://127.0.0.1:{port}", process, log)
+            yield wait_until_up(f"http://127.0.0.1:{port}", process, log), process
         finally:
             process.terminate()
             try:

@@ -14,10 +14,10 @@ from ragloop.cli.common import (
     errors,
     kb_option,
     open_kb,
+    open_traces,
     output_file,
     print_json,
     text_argument,
-    traces_file,
 )
 from ragloop.cli.common import settings as config_settings
 from ragloop.cli.demo import open_demo
@@ -28,7 +28,7 @@ from ragloop.core.records.agent import AgentResult
 from ragloop.core.records.rag import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
 from ragloop.kb.knowledge_base import KnowledgeBase
-from ragloop.observability.traces import TraceRecorder, TraceStore, summarize
+from ragloop.observability.traces import TraceRecorder, summarize
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 
@@ -183,7 +183,7 @@ def ask(
     questions = [question] if question is not None else [q.text for q in DEMO_QUESTIONS]
     kb = open_demo() if demo else open_kb(kb_location, create=False)
     location = str(demo_kb_path()) if demo else kb_location
-    store = TraceStore(traces_file(location))
+    store = open_traces(location)
     meta = {
         "kb": str(kb.path or "postgresql"),
         "engine": engine,

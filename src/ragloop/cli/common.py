@@ -20,6 +20,7 @@ from ragloop.kb.metadata import public_metadata
 
 if TYPE_CHECKING:
     from ragloop.config import Settings
+    from ragloop.observability.traces import TraceStorage
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -144,12 +145,17 @@ def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) 
     return path
 
 
-def traces_file(location: str | None) -> Path:
-    """Where ``ragloop ask`` stores the traces of the knowledge base at ``location`` (else of
-    the default one): :func:`ragloop.config.kb_traces_file`."""
-    from ragloop.config import kb_traces_file
+def open_traces(location: str | None) -> TraceStorage:
+    """The trace store of the knowledge base at ``location`` (else of the default one), where
+    ``ragloop ask`` stores its runs: :func:`ragloop.config.kb_traces_location` (a file beside
+    a SQLite knowledge base, the database of a PostgreSQL one). Nothing is opened yet."""
+    from ragloop.config import kb_traces_location
+    from ragloop.observability.trace_stores import open_trace_store
 
-    return kb_traces_file(location or default_kb_location())
+    try:
+        return open_trace_store(kb_traces_location(location or default_kb_location()))
+    except RagloopError as error:  # the postgres extra is missing
+        raise click.ClickException(str(error)) from None
 
 
 def shown_path(source: str) -> str:

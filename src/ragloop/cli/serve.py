@@ -1,17 +1,33 @@
-"""ragloop serve: the HTTP API, its web page and MCP, over the knowledge base of the config."""
+"""ragloop serve: the HTTP API, its web page and MCP, over the knowledge base of the config.
+
+``--workers N`` (``[server] workers``) runs N processes on one socket, bound here first (a
+busy port is one clear error), under uvicorn's supervisor, which restarts a worker that dies.
+Each worker builds its app with :func:`worker_app` from the settings this command resolved,
+handed down as the environment ``ragloop.toml`` already reads (``RAGLOOP_KB``,
+``RAGLOOP_SERVER__*``, ``RAGLOOP_CONFIG``). Over SQLite the workers share the knowledge base
+and trace files (WAL); the per-key run limit is then each worker's own, as ``/healthz`` says.
+"""
 
 from __future__ import annotations
 
 import errno
+import inspect
+import logging
+import os
 import socket
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ragloop.cli import config_option
 from ragloop.cli.common import default_kb_location, errors, kb_option, open_kb, settings
+from ragloop.core.errors import RagloopError
 from ragloop.core.files import is_postgres_dsn
 from ragloop.kb.knowledge_base import KnowledgeBase
+
+if TYPE_CHECKING:
+    from ragloop.config import Settings
 
 DEMO_HELP = "Serve the demo knowledge base (built on first use) instead of --kb."
 
@@ -84,6 +100,75 @@ def bind(host: str, port: int) -> socket.socket:
         raise click.ClickException(reason) from None
 
 
+def run_workers(sock: socket.socket, workers: int) -> None:
+    """``workers`` processes of :func:`worker_app` serving the bound socket, under uvicorn's
+    supervisor (Ctrl-C or SIGTERM stops them all)."""
+    import uvicorn
+    from uvicorn.supervisors import Multiprocess
+
+    # an import string, not the class the one-process server is given: the config is sent to
+    # each worker, and a class made at run time does not travel; the worker sets its timeout
+    config = uvicorn.Config(
+        f"{__name__}:worker_app",
+        factory=True,
+        workers=workers,
+        log_level="warning",
+        http="ragloop.server.protocol:HeaderTimeoutProtocol",
+    )
+    try:
+        if "target" in inspect.signature(Multiprocess).parameters:  # an older uvicorn
+            server = uvicorn.Server(config)
+            Multiprocess(config, target=server.run, sockets=[sock]).run()  # type: ignore[call-arg]
+        else:
+            Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
+
+
+def worker_app() -> Any:
+    """The app of one worker process of ``ragloop serve --workers N``: the knowledge base and
+    settings the command resolved (in this process's environment), served until the worker
+    stops. A worker that cannot start exits as uvicorn's startup failure, so the supervisor
+    stops instead of starting it again and again."""
+    from uvicorn.config import STARTUP_FAILURE
+
+    from ragloop.config import load_settings
+    from ragloop.server.app import create_app
+    from ragloop.server.protocol import HeaderTimeoutProtocol
+    from ragloop.server.service import Service
+
+    try:
+        configured = load_settings()
+        HeaderTimeoutProtocol.header_timeout_s = configured.server.header_timeout_s
+        kb = served_kb(
+            None, demo=False, location=configured.kb.location, embedder=configured.kb.embedder
+        )
+        service = Service(kb, configured)
+    except (click.ClickException, RagloopError) as error:
+        message = error.message if isinstance(error, click.ClickException) else str(error)
+        logging.getLogger("ragloop.server").error("a worker could not start: %s", message)
+        sys.exit(STARTUP_FAILURE)
+
+    def close() -> None:
+        service.close()
+        kb.close()
+
+    return create_app(service, on_shutdown=close)
+
+
+def hand_down(settings: Settings, location: str) -> None:
+    """Put what this command resolved where the workers' :func:`load_settings` reads it."""
+    from ragloop.config import config_path
+
+    chosen = config_path()
+    if chosen is not None:
+        os.environ["RAGLOOP_CONFIG"] = str(chosen)
+    os.environ["RAGLOOP_KB"] = location
+    server = settings.server
+    os.environ["RAGLOOP_SERVER__MCP"] = "true" if server.mcp else "false"
+    os.environ["RAGLOOP_SERVER__WORKERS"] = str(server.workers)
+
+
 def run_server(app: Any, sock: socket.socket, *, header_timeout_s: float) -> None:
     """uvicorn serving ``app`` on the bound socket, with ragloop's protocol options."""
     import uvicorn
@@ -109,8 +194,19 @@ def shown_url(sock: socket.socket, path: str = "/") -> str:
 @click.option("--host", default=None, help="Address to bind (default: [server] host, 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, help="Port (default 8000).")
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Processes serving the port (default: [server] workers, 1).",
+)
 def serve(
-    kb_location: str | None, demo: bool, host: str | None, port: int | None, no_mcp: bool
+    kb_location: str | None,
+    demo: bool,
+    host: str | None,
+    port: int | None,
+    no_mcp: bool,
+    workers: int | None,
 ) -> None:
     """Serve the HTTP API, its web page and MCP (needs ragloop[server]).
 
@@ -128,6 +224,7 @@ def serve(
             "host": host or configured.server.host,
             "port": configured.server.port if port is None else port,
             "mcp": configured.server.mcp and not no_mcp,
+            "workers": configured.server.workers if workers is None else workers,
         }
     )
     configured = configured.model_copy(update={"server": server})
@@ -148,10 +245,21 @@ def serve(
     except click.ClickException:
         kb.close()
         raise
-    service = Service(kb, configured)
     warning = exposure_warning(server.host, has_keys=bool(server.keys))
     if warning is not None:
         errors.print(f"[yellow]warning:[/] {warning}")
+    if server.workers > 1:
+        # opened here to refuse a missing knowledge base (and make a new database's tables)
+        # once, before any worker starts; each worker opens its own
+        served = str(kb.path) if kb.path is not None else (location or default_kb_location())
+        kb.close()
+        hand_down(configured, served)
+        errors.print(
+            f"ragloop serving on {shown_url(sock)} with {server.workers} workers (Ctrl-C stops)"
+        )
+        run_workers(sock, server.workers)
+        return
+    service = Service(kb, configured)
     errors.print(f"ragloop serving on {shown_url(sock)} (Ctrl-C stops)")
     try:
         run_server(create_app(service), sock, header_timeout_s=server.header_timeout_s)

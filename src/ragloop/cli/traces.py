@@ -9,13 +9,13 @@ from typing import Any, TypeVar
 
 import click
 
-from ragloop.cli.common import console, kb_option, output_file, print_json, traces_file
+from ragloop.cli.common import console, kb_option, open_traces, output_file, print_json
 from ragloop.cli.display import print_trace
 from ragloop.cli.tables import Column, cell, print_table, shorten
-from ragloop.core.errors import TraceCorrupted, TraceNotFound
+from ragloop.core.errors import StoreError, TraceCorrupted, TraceNotFound
 from ragloop.demo import demo_kb_path
 from ragloop.observability.report_html import render_html
-from ragloop.observability.traces import TraceRecord, TraceStore
+from ragloop.observability.traces import TraceRecord, TraceStorage
 
 F = TypeVar("F", bound=Callable[..., Any])
 QUESTION_CHARS = 120  # of a question in the list; `traces show` and --json hold it whole
@@ -25,17 +25,28 @@ def demo_option(function: F) -> F:
     return click.option("--demo", is_flag=True, help="The demo knowledge base's traces.")(function)
 
 
-def open_store(kb_location: str | None, demo: bool) -> TraceStore:
+def open_store(kb_location: str | None, demo: bool) -> TraceStorage:
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
-    return TraceStore(traces_file(str(demo_kb_path()) if demo else kb_location))
+    return open_traces(str(demo_kb_path()) if demo else kb_location)
 
 
-def load(store: TraceStore, trace_id: str) -> TraceRecord:
+def load(store: TraceStorage, trace_id: str) -> TraceRecord:
     try:
         return store.get(trace_id)
-    except (TraceNotFound, TraceCorrupted) as error:
+    except (TraceNotFound, TraceCorrupted, StoreError) as error:
         raise click.ClickException(str(error)) from None
+    finally:
+        store.close()
+
+
+def latest(store: TraceStorage, limit: int) -> list[TraceRecord]:
+    try:
+        return store.list(limit)
+    except StoreError as error:  # a database that does not answer
+        raise click.ClickException(str(error)) from None
+    finally:
+        store.close()
 
 
 @click.group(name="traces")
@@ -51,13 +62,12 @@ def traces_group() -> None:
 def list_traces(kb_location: str | None, demo: bool, limit: int, as_json: bool) -> None:
     """The latest traces, newest first."""
     store = open_store(kb_location, demo)
-    records = store.list(limit)
-    store.close()
+    records = latest(store, limit)
     if as_json:
         print_json([r.model_dump(mode="json", exclude={"events"}) for r in records])
         return
     if not records:
-        console.print(f"no traces yet in {cell(store.path)}")
+        console.print(f"no traces yet in {cell(store.location)}")
         return
     rows = []
     for r in records:
@@ -70,7 +80,7 @@ def list_traces(kb_location: str | None, demo: bool, limit: int, as_json: bool) 
         rows.append([cell(r.id[:12]), when, cell(engine), question, str(r.iterations), stopped])
     columns: list[Column | str] = ["id", "when", "engine", "question"]
     columns += [Column("iterations", numeric=True), "stopped"]
-    print_table(console, columns, rows, title=str(store.path))
+    print_table(console, columns, rows, title=store.location)
 
 
 @traces_group.command()
@@ -82,7 +92,6 @@ def show(trace_id: str, kb_location: str | None, demo: bool, as_json: bool) -> N
     """One trace (TRACE_ID or the start of it), step by step."""
     store = open_store(kb_location, demo)
     record = load(store, trace_id)
-    store.close()
     if as_json:
         print_json(record.model_dump(mode="json"))
     else:
@@ -105,6 +114,5 @@ def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -
     """Write a trace as a self-contained HTML page (no scripts, nothing loaded)."""
     store = open_store(kb_location, demo)
     record = load(store, trace_id)
-    store.close()
     html_out.write_text(render_html(record), encoding="utf-8")
     console.print(f"wrote {html_out}")

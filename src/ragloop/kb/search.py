@@ -20,7 +20,7 @@ from ragloop.kb.embedding.embedders import embed_queries
 from ragloop.kb.index.exact import exact_terms
 from ragloop.kb.index.fusion import reciprocal_rank_fusion
 from ragloop.kb.ingest.pipeline import check_vectors
-from ragloop.kb.stores.base import FusedSearch, PreloadedIndexes, Store
+from ragloop.kb.stores.base import FusedSearch, PreloadedIndexes, SharedQueryVectors, Store
 
 logger = logging.getLogger("ragloop")
 
@@ -123,17 +123,26 @@ class Searching:
             return embedding.result()
 
     def query_vector(self, query: str) -> list[float]:
-        """The query's embedding, from the cache when this query was embedded before in this
-        process. The cache is in memory only: a search never writes to the knowledge base."""
+        """The query's embedding, from the cache when this query was embedded before: in this
+        process (in memory), or, for a store every process shares (PostgreSQL:
+        :class:`~ragloop.kb.stores.base.SharedQueryVectors`), by any process. A search never
+        writes to a knowledge base file."""
         if self.embedder is None:
             raise DenseSearchUnavailable(self.dense_off_reason)
-        vector = self._query_vectors.lookup(self.embedder.model_id, query)
+        model_id = self.embedder.model_id
+        vector = self._query_vectors.lookup(model_id, query)
+        if vector is None and isinstance(self.store, SharedQueryVectors):
+            vector = self.store.cached_query_vector(model_id, query)
+            if vector is not None:
+                self._query_vectors.store(model_id, query, vector)
         return vector if vector is not None else self._embed_query(self.embedder, query)
 
     def _embed_query(self, embedder: Embedder, query: str) -> list[float]:
         vector = embed_queries(embedder, [query])[0]
         check_vectors([vector], 1, embedder.dimension)
         self._query_vectors.store(embedder.model_id, query, vector)
+        if isinstance(self.store, SharedQueryVectors):
+            self.store.cache_query_vector(embedder.model_id, query, vector)
         return vector
 
     def retriever(

@@ -24,7 +24,16 @@ from ragloop.observability.settings import set_trace_content, trace_content_enab
 
 # the trace store loads when first named: most runs record no trace
 _TRACES = lazy_face(
-    __name__, {"ragloop.observability.traces": ("TraceRecord", "TraceRecorder", "TraceStore")}
+    __name__,
+    {
+        "ragloop.observability.traces": (
+            "TraceRecord",
+            "TraceRecorder",
+            "TraceStorage",
+            "TraceStore",
+        ),
+        "ragloop.observability.trace_stores": ("PostgresTraceStore", "open_trace_store"),
+    },
 )
 
 __all__ = [
@@ -32,13 +41,16 @@ __all__ = [
     "JsonFormatter",
     "Listening",
     "LoopEvent",
+    "PostgresTraceStore",
     "RunTelemetry",
     "TraceRecord",
     "TraceRecorder",
+    "TraceStorage",
     "TraceStore",
     "current_run",
     "install_json_logging",
     "listen",
+    "open_trace_store",
     "set_trace_content",
     "trace_content_enabled",
 ]

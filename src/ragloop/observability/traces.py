@@ -16,7 +16,9 @@ ids, sources and scores), whatever the switch; ``content=None`` follows the swit
 The store is its own SQLite file, beside the knowledge base by default
 (:func:`ragloop.core.files.traces_path_for`): traces are the user's history, not the
 corpus, so a knowledge base can be shared or rebuilt without them, and a read-only or cached
-knowledge base still gets traces.
+knowledge base still gets traces. A knowledge base in PostgreSQL keeps its traces in a schema
+of their own beside it (:class:`~ragloop.observability.trace_stores.PostgresTraceStore`), so
+every server of a fleet reads every run; both are a :class:`TraceStorage`.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -122,6 +124,38 @@ def _count(value: object) -> int:
     return 0
 
 
+@runtime_checkable
+class TraceStorage(Protocol):
+    """Where traces are kept: :class:`TraceStore` (a SQLite file) or
+    :class:`~ragloop.observability.trace_stores.PostgresTraceStore`. ``location`` says where,
+    for messages (no password); ``exists`` whether anything was ever saved there."""
+
+    @property
+    def location(self) -> str: ...
+    @property
+    def exists(self) -> bool: ...
+    def save(self, record: TraceRecord) -> None: ...
+    def list(self, limit: int = 50) -> list[TraceRecord]:
+        """The latest traces, newest first (without their events); an unreadable row is
+        logged and left out."""
+        ...
+
+    def get(self, trace_id: str) -> TraceRecord:
+        """The trace with this id, or the only one whose id starts with it; else
+        :class:`~ragloop.TraceNotFound` (:class:`~ragloop.TraceCorrupted` for a damaged row)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# a stored trace's columns, as every store lists them (its events apart: only get reads them)
+TRACE_COLUMNS = (
+    "id", "engine", "started_at", "finished_at", "question", "answer", "stop_reason",
+    "iterations", "content", "meta",
+)  # fmt: skip
+SUMMARY = ", ".join(TRACE_COLUMNS)
+
+
 class TraceStore:
     """Traces in one SQLite file (created on first write; WAL, numbered migrations)."""
 
@@ -129,6 +163,10 @@ class TraceStore:
         self.path = Path(path).expanduser()
         self.timeout_s = timeout_s
         self._local = threading.local()
+
+    @property
+    def location(self) -> str:
+        return str(self.path)
 
     @property
     def exists(self) -> bool:
@@ -164,25 +202,11 @@ class TraceStore:
         conn.commit()
 
     def save(self, record: TraceRecord) -> None:
-        events = json.dumps([e.model_dump(mode="json") for e in record.events], ensure_ascii=False)
         with self._conn() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO traces (id, engine, started_at, finished_at, question, "
-                "answer, stop_reason, iterations, content, meta, events) "
+                f"INSERT OR REPLACE INTO traces ({SUMMARY}, events) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.id,
-                    record.engine,
-                    record.started_at,
-                    record.finished_at,
-                    record.question,
-                    record.answer,
-                    record.stop_reason,
-                    record.iterations,
-                    int(record.content),
-                    json.dumps(record.meta, ensure_ascii=False, default=str),
-                    events,
-                ),
+                (*summary_values(record), events_json(record)),
             )
 
     def list(self, limit: int = 50) -> list[TraceRecord]:
@@ -190,58 +214,85 @@ class TraceStore:
         if not self.exists:
             return []
         rows = self._conn().execute(
-            "SELECT id, engine, started_at, finished_at, question, answer, stop_reason, "
-            "iterations, content, meta FROM traces ORDER BY started_at DESC LIMIT ?",
-            (limit,),
+            f"SELECT {SUMMARY} FROM traces ORDER BY started_at DESC, id LIMIT ?", (limit,)
         )
-        records = []
-        for row in rows:
-            try:
-                records.append(self._record(row, "[]"))
-            except TraceCorrupted as error:  # one damaged row must not hide the others
-                logger.warning("%s", error)
-        return records
+        return readable_records(rows)
 
     def get(self, trace_id: str) -> TraceRecord:
         """The trace with this id, or the only one whose id starts with it."""
         if not self.exists:
-            raise TraceNotFound(f"no traces at {self.path}")
-        pattern = trace_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            raise TraceNotFound(f"no traces at {self.location}")
         rows = (
             self._conn()
             .execute(
-                "SELECT id, engine, started_at, finished_at, question, answer, stop_reason, "
-                "iterations, content, meta, events FROM traces WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
-                (pattern,),
+                f"SELECT {SUMMARY}, events FROM traces WHERE id LIKE ? ESCAPE '\\' LIMIT 2",
+                (like_prefix(trace_id),),
             )
             .fetchall()
         )
-        if not rows:
-            raise TraceNotFound(f"no trace {trace_id!r} in {self.path}")
-        if len(rows) > 1:
-            raise TraceNotFound(f"{trace_id!r} matches several traces; give more of the id")
-        return self._record(rows[0][:-1], rows[0][-1])
-
-    @staticmethod
-    def _record(row: tuple[Any, ...], events: str) -> TraceRecord:
-        keys = (
-            "id engine started_at finished_at question answer stop_reason iterations content meta"
-        ).split()
-        data = dict(zip(keys, row, strict=True))
-        try:
-            data["content"] = bool(data["content"])
-            data["meta"] = json.loads(data["meta"])
-            data["events"] = json.loads(events)
-            return TraceRecord.model_validate(data)
-        except (ValueError, TypeError) as error:  # JSONDecodeError and ValidationError included
-            first = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise TraceCorrupted(f"stored trace {data['id']!r} is unreadable: {first}") from None
+        return the_one(rows, trace_id, self.location)
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def like_prefix(trace_id: str) -> str:
+    """A LIKE pattern (escape character ``\\``) matching the ids that start with ``trace_id``."""
+    return trace_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def stored_record(row: Sequence[Any], events: str) -> TraceRecord:
+    """A record from a stored row (:data:`TRACE_COLUMNS`, meta as JSON text) and its events as
+    JSON text; :class:`~ragloop.TraceCorrupted` when the row is not what ragloop wrote."""
+    data = dict(zip(TRACE_COLUMNS, row, strict=True))
+    try:
+        data["content"] = bool(data["content"])
+        data["meta"] = json.loads(data["meta"])
+        data["events"] = json.loads(events)
+        return TraceRecord.model_validate(data)
+    except (ValueError, TypeError) as error:  # JSONDecodeError and ValidationError included
+        first = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise TraceCorrupted(f"stored trace {data['id']!r} is unreadable: {first}") from None
+
+
+def readable_records(rows: Iterable[Sequence[Any]]) -> list[TraceRecord]:
+    """The records of listed rows (without events); a damaged row is logged and left out, so
+    it does not hide the others."""
+    records = []
+    for row in rows:
+        try:
+            records.append(stored_record(row, "[]"))
+        except TraceCorrupted as error:
+            logger.warning("%s", error)
+    return records
+
+
+def the_one(rows: Sequence[Sequence[Any]], trace_id: str, location: str) -> TraceRecord:
+    """The record of the one row (summary and events) an id prefix matched."""
+    if not rows:
+        raise TraceNotFound(f"no trace {trace_id!r} in {location}")
+    if len(rows) > 1:
+        raise TraceNotFound(f"{trace_id!r} matches several traces; give more of the id")
+    return stored_record(rows[0][:-1], rows[0][-1])
+
+
+def summary_values(record: TraceRecord) -> tuple[Any, ...]:
+    """The values of :data:`TRACE_COLUMNS` for ``record`` (meta as JSON text)."""
+    return (
+        record.id, record.engine, record.started_at, record.finished_at, record.question,
+        record.answer, record.stop_reason, record.iterations, record.content, meta_json(record),
+    )  # fmt: skip
+
+
+def events_json(record: TraceRecord) -> str:
+    return json.dumps([e.model_dump(mode="json") for e in record.events], ensure_ascii=False)
+
+
+def meta_json(record: TraceRecord) -> str:
+    return json.dumps(record.meta, ensure_ascii=False, default=str)
 
 
 _run_meta: ContextVar[Mapping[str, Any] | None] = ContextVar("ragloop_trace_meta", default=None)
@@ -270,7 +321,7 @@ class TraceRecorder:
 
     def __init__(
         self,
-        store: TraceStore | None = None,
+        store: TraceStorage | None = None,
         *,
         meta: Mapping[str, Any] | None = None,
         content: bool | None = True,
@@ -325,7 +376,7 @@ class TraceRecorder:
 
 @contextmanager
 def recording(
-    store: TraceStore | None = None,
+    store: TraceStorage | None = None,
     *,
     meta: Mapping[str, Any] | None = None,
     content: bool | None = True,

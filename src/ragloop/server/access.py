@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.config import KeySettings, ServerSettings, hash_key
+from ragloop.server.slots import ProcessSlots, Slot, Slots
 
 
 class AccessDenied(Exception):
@@ -93,15 +94,15 @@ def is_loopback(host: str | None) -> bool:
 
 class AccessControl:
     """Turns a request's key (or its absence) into a :class:`Caller`, and limits how many runs
-    each caller has at once."""
+    each caller has at once: counted by ``slots`` (:mod:`ragloop.server.slots`; this process's
+    runs unless given)."""
 
-    def __init__(self, settings: ServerSettings) -> None:
+    def __init__(self, settings: ServerSettings, slots: Slots | None = None) -> None:
         self.settings = settings
         self.by_hash: dict[str, tuple[str, KeySettings]] = {
             key.hash: (name, key) for name, key in settings.keys.items()
         }
-        # runs per caller; changed only on the event loop's thread, between awaits
-        self._running: dict[str, int] = {}
+        self.slots: Slots = slots if slots is not None else ProcessSlots()
 
     @property
     def local_only(self) -> bool:
@@ -130,17 +131,30 @@ class AccessControl:
         limit = settings.max_concurrency or self.settings.max_concurrency_per_key
         return Caller(name, collections, settings.admin, limit)
 
-    def enter(self, caller: Caller) -> None:
-        """Count a run of ``caller``; refused (429) when it has its limit running already."""
-        running = self._running.get(caller.name, 0)
-        if running >= caller.max_concurrency:
+    async def enter(self, caller: Caller) -> Slot:
+        """A slot for a run of ``caller`` (give it back with :meth:`leave`); refused (429)
+        when it has its limit running already (on every server, when they share a count)."""
+        slot = await self.slots.take(caller.name, caller.max_concurrency)
+        if slot is None:
+            where = " on the servers of this knowledge base" if self.shared else ""
             raise AccessDenied(
-                429, f"this key has {running} requests running, its limit; retry when one ends"
+                429,
+                f"this key has {caller.max_concurrency} requests running{where}, its limit; "
+                "retry when one ends",
             )
-        self._running[caller.name] = running + 1
+        return slot
 
-    def leave(self, caller: Caller) -> None:
-        self._running[caller.name] = max(0, self._running.get(caller.name, 1) - 1)
+    def leave(self, slot: Slot) -> None:
+        self.slots.give(slot)
+
+    @property
+    def shared(self) -> bool:
+        """Whether the runs are counted across servers, not in this process only."""
+        return self.slots.shared != "process"
+
+    def running(self, name: str) -> int:
+        """The runs of key ``name`` in this process."""
+        return self.slots.running(name)
 
 
 def key_of(authorization: str | None, api_key: str | None) -> str | None:

@@ -53,6 +53,7 @@ from ragloop.server.schemas import (
     SafeJSONResponse,
     SearchRequest,
     SearchResponse,
+    Shared,
 )
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
@@ -61,8 +62,9 @@ logger = logging.getLogger("ragloop.server")
 Result = LoopResult | AgentResult | RetrievalResult
 
 
-def create_app(service: Service) -> FastAPI:
-    """The app over ``service`` (the caller keeps and closes the service)."""
+def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = None) -> FastAPI:
+    """The app over ``service`` (the caller keeps and closes the service, or gives
+    ``on_shutdown``, called when the server stops: a worker process's app)."""
     settings = service.settings.server
     mcp_app = None
     if settings.mcp:
@@ -72,11 +74,15 @@ def create_app(service: Service) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if mcp_app is None:
-            yield
-            return
-        async with mcp_app.router.lifespan_context(mcp_app):
-            yield
+        try:
+            if mcp_app is None:
+                yield
+            else:
+                async with mcp_app.router.lifespan_context(mcp_app):
+                    yield
+        finally:
+            if on_shutdown is not None:
+                on_shutdown()
 
     # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN
     app = FastAPIOffline(
@@ -115,7 +121,8 @@ def create_app(service: Service) -> FastAPI:
 def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/healthz", response_model=Health, tags=["server"])
     def healthz() -> Health:
-        """Liveness: the server answers and its knowledge base is open."""
+        """Liveness: the server answers and its knowledge base is open; and what it shares
+        with the other servers of its knowledge base (``shared``)."""
         backend = "postgresql" if service.kb.path is None else "sqlite"
         return Health(
             status="ok",
@@ -123,6 +130,8 @@ def _routes(app: FastAPI, service: Service) -> None:
             auth=not service.access.local_only,
             engines=list(ENGINE_NAMES),
             knowledge_base=backend,
+            workers=service.settings.server.workers,
+            shared=Shared.model_validate(service.shared()),
         )
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)

@@ -117,12 +117,12 @@ def add_routes(app: FastAPI, service: Service) -> None:
         kind = engine_of(body.model, default)
         service.check_question(question_of(body.messages))
         turns = [Turn(m.role, text_of(m)) for m in body.messages]
-        service.access.enter(caller)  # the rewrite's model call holds a slot too (else 429)
+        slot = await service.access.enter(caller)  # the rewrite's model call holds one too
         try:
             async with asyncio.timeout(service.settings.server.deadline_s):  # a 504 past it
                 rewrite = await standalone(turns, service.model)
         finally:
-            service.access.leave(caller)
+            service.access.leave(slot)
         meta = rewrite_meta(rewrite, content=service.settings.traces.content)
         events = service.run(caller, kind, rewrite.question, collections=body.collection, meta=meta)
         first = await events.__anext__()  # a refused request gets its status, not a stream

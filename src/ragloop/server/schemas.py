@@ -198,12 +198,32 @@ class DeleteResponse(BaseModel):
     removed: int
 
 
+class Shared(BaseModel):
+    """Where what several servers of one knowledge base could share lives: ``postgresql``
+    (every server of the database), ``file`` (the processes that open one file, on one host),
+    ``process`` (this server process only)."""
+
+    traces: Literal["postgresql", "file"] = Field(
+        description="Stored runs: readable from every server (postgresql) or from the "
+        "processes that open the same trace file."
+    )
+    concurrency: Literal["postgresql", "process"] = Field(
+        description="The per-key limit of runs at once: counted across every server of the "
+        "database, or per process (each worker and each server its own count)."
+    )
+    query_vectors: Literal["postgresql", "process"] = Field(
+        description="The cache of embedded queries: shared by every server, or per process."
+    )
+
+
 class Health(BaseModel):
     status: Literal["ok"]
     version: str
     auth: bool = Field(description="Whether requests need an API key.")
     engines: list[str]
     knowledge_base: str
+    workers: int = Field(description="The processes `ragloop serve` runs on this host.")
+    shared: Shared
 
 
 class DocumentOut(BaseModel):

@@ -6,6 +6,11 @@ and settings, built on first use and shared by concurrent requests: an engine ho
 state) and the trace recorder. A caller limited to collections gets engines built over a
 retriever of those collections: the offline components search through it too, so the limit is
 in every query the store runs.
+
+What a fleet shares lives where the knowledge base lives: over PostgreSQL, the traces (a
+schema beside the knowledge base's), the keys' run counts (advisory locks) and the query
+vectors (the store's embedding cache) are in the database, so a server holds nothing another
+needs; :meth:`Service.shared` says which, for ``/healthz``.
 """
 
 from __future__ import annotations
@@ -16,22 +21,27 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ragloop.config import Settings, default_kb_location, kb_traces_file
+from ragloop.config import Settings, default_kb_location, kb_traces_location
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError, TraceNotFound
 from ragloop.core.files import traces_path_for
 from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.kb.knowledge_base import KnowledgeBase, SearchMode
-from ragloop.kb.stores.base import DocumentRecord
+from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.stream import RunStream
+from ragloop.observability.trace_stores import (
+    PostgresTraceStore,
+    open_trace_store,
+    traces_schema_for,
+)
 from ragloop.observability.traces import (
     TraceRecord,
     TraceRecorder,
+    TraceStorage,
     TraceStore,
     trace_meta,
 )
@@ -39,6 +49,10 @@ from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.server.access import AccessControl, AccessDenied, Caller
 from ragloop.server.errors import Refusal, ServerMisconfigured
+from ragloop.server.slots import PostgresSlots, ProcessSlots, Slots
+
+if TYPE_CHECKING:
+    from ragloop.kb.stores.postgres.store import PostgresStore
 
 logger = logging.getLogger("ragloop.server")
 
@@ -64,17 +78,15 @@ class Service:
     """The knowledge base served, to callers with their access. :meth:`close` ends it."""
 
     def __init__(
-        self, kb: KnowledgeBase, settings: Settings, *, traces: TraceStore | None = None
+        self, kb: KnowledgeBase, settings: Settings, *, traces: TraceStorage | None = None
     ) -> None:
         self.kb = kb
         self.settings = settings
-        self.access = AccessControl(settings.server)
+        self.access = AccessControl(settings.server, run_slots(kb))
         self.model = resolve_model(settings.model.spec, **settings.model.options())
-        if traces is None:
-            traces = TraceStore(traces_location(kb, settings))
-        self.traces = traces
+        self.traces = traces if traces is not None else trace_store_of(kb, settings)
         self.recorder = TraceRecorder(
-            traces,
+            self.traces,
             meta={"served": True, "model": settings.model.spec},
             content=settings.traces.content,
         )
@@ -86,6 +98,19 @@ class Service:
     def close(self) -> None:
         self.recorder.__exit__(None, None, None)
         self.traces.close()
+        self.access.slots.close()
+
+    def shared(self) -> dict[str, str]:
+        """Where what a fleet shares lives: ``postgresql`` (every server of the database
+        sees it), ``file`` (the processes that open the same file, on one host) or
+        ``process`` (this process only)."""
+        traces = "postgresql" if isinstance(self.traces, PostgresTraceStore) else "file"
+        vectors = isinstance(self.kb.store, SharedQueryVectors)
+        return {
+            "traces": traces,
+            "concurrency": self.access.slots.shared,
+            "query_vectors": "postgresql" if vectors else "process",
+        }
 
     # -- engines ------------------------------------------------------------------------------
     def engine(
@@ -197,7 +222,7 @@ class Service:
         scope = caller.scope(collections)
         self.check_collections(caller, collections)
         engine = self.engine(kind, scope, max_iterations=max_iterations, top_k=top_k)
-        self.access.enter(caller)
+        slot = await self.access.enter(caller)
         try:
             with trace_meta(**(meta or {}), key=caller.name, engine=kind):
                 stream: RunStream[Any] = engine.astream(question, budget=self.budget(budget))
@@ -214,7 +239,7 @@ class Service:
             check_failed(stream.result)
             yield Outcome(stream.result, finished)
         finally:
-            self.access.leave(caller)
+            self.access.leave(slot)
 
     def fetch(self, caller: Caller, chunk_id: str) -> Chunk:
         """A chunk by id, if the caller may read its collection."""
@@ -269,14 +294,37 @@ def check_failed(result: Any) -> None:
     raise Refusal(502, message, code="model_error")
 
 
-def traces_location(kb: KnowledgeBase, settings: Settings) -> Path:
-    """Where runs are stored: ``[server] traces``, else beside a SQLite knowledge base, else
-    (PostgreSQL) the user data folder, as ``ragloop ask`` stores them."""
-    if settings.server.traces:
-        return Path(settings.server.traces).expanduser()
+def postgres_store(kb: KnowledgeBase) -> PostgresStore | None:
+    """The knowledge base's PostgreSQL store, or None (its module loads psycopg: only then)."""
     if kb.path is not None:
-        return traces_path_for(kb.path)
-    return kb_traces_file(settings.kb.location or default_kb_location(settings))
+        return None
+    from ragloop.kb.stores.postgres.store import PostgresStore
+
+    return kb.store if isinstance(kb.store, PostgresStore) else None
+
+
+def run_slots(kb: KnowledgeBase) -> Slots:
+    """Who counts the keys' runs: every server of a PostgreSQL knowledge base, else this
+    process."""
+    store = postgres_store(kb)
+    if store is None:
+        return ProcessSlots()
+    return PostgresSlots(store.conninfo, namespace=store.schema)
+
+
+def trace_store_of(kb: KnowledgeBase, settings: Settings) -> TraceStorage:
+    """Where runs are stored: ``[server] traces`` (a file or a ``postgresql://`` URL), else the
+    database of a PostgreSQL knowledge base (a schema beside its own), else the file beside a
+    SQLite one (or of the default knowledge base, for a store of another kind)."""
+    if settings.server.traces:
+        return open_trace_store(settings.server.traces)
+    store = postgres_store(kb)
+    if store is not None:
+        return PostgresTraceStore(store.conninfo, schema=traces_schema_for(store.schema))
+    if kb.path is not None:
+        return TraceStore(traces_path_for(kb.path))
+    location = settings.kb.location or default_kb_location(settings)
+    return open_trace_store(kb_traces_location(location))
 
 
 def _lowest(a: float | None, b: float | None) -> Any:

@@ -111,7 +111,8 @@ class Store(Protocol):
 
     What a store must do; what it may do besides is each a protocol below
     (:class:`BatchWrites`, :class:`MetadataUpdates`, :class:`CountedTerms`,
-    :class:`FusedSearch`, :class:`PreloadedIndexes`, :class:`BulkVectorFill`), which the
+    :class:`FusedSearch`, :class:`PreloadedIndexes`, :class:`BulkVectorFill`,
+    :class:`SharedQueryVectors`), which the
     knowledge base and the ingest check with ``isinstance`` and use when a store has it.
     """
 
@@ -252,3 +253,15 @@ class BulkVectorFill(Protocol):
     to keep up to date as each comes."""
 
     def filling_vectors(self, count: int) -> AbstractContextManager[None]: ...
+
+
+@runtime_checkable
+class SharedQueryVectors(Protocol):
+    """A store every process reaches over one server (a database), whose embedding cache
+    holds query vectors too: a query one server embedded is not embedded again by another.
+    The knowledge base looks there after its own in-memory cache and writes each query it
+    embeds there; a file store keeps query vectors in memory (a search never writes to a
+    knowledge base file)."""
+
+    def cached_query_vector(self, model_id: str, query: str) -> list[float] | None: ...
+    def cache_query_vector(self, model_id: str, query: str, vector: Sequence[float]) -> None: ...

@@ -31,12 +31,12 @@ one per thread at a time, checked before use so a restarted server is reconnecte
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
 
+from ragloop.kb.embedding.cache import cache_key
 from ragloop.kb.knowledge_base import KnowledgeBase
-from ragloop.kb.stores.base import (
-    WritesInBatches,
-)
+from ragloop.kb.stores.base import WritesInBatches, content_hash
 from ragloop.kb.stores.postgres.reads import PostgresReads
 from ragloop.kb.stores.postgres.writes import PostgresWrites
 
@@ -50,7 +50,30 @@ class PostgresStore(PostgresWrites, PostgresReads, WritesInBatches):
     ``pool_min_size`` to ``pool_max_size`` connections; ``hnsw_m`` and ``hnsw_ef_construction``
     shape the vector index when it is built, ``ef_search`` is the candidate list of a query
     (raised to ``top_k`` when that is larger).
+
+    Query vectors go into the embedding cache too (:class:`~ragloop.kb.stores.base.
+    SharedQueryVectors`), keyed apart from chunk texts (a query may be embedded differently
+    from a passage), so every server of the database embeds a query once.
     """
+
+    @property
+    def conninfo(self) -> str:
+        """The connection string this store connects with (its password included): for the
+        other connections a process makes to this database (a server's traces and run
+        counts)."""
+        return self._conninfo
+
+    def cached_query_vector(self, model_id: str, query: str) -> list[float] | None:
+        return self.cached_vectors(model_id, [_query_hash(query)]).get(_query_hash(query))
+
+    def cache_query_vector(self, model_id: str, query: str, vector: Sequence[float]) -> None:
+        self.cache_vectors(model_id, {_query_hash(query): vector})
+
+
+def _query_hash(query: str) -> str:
+    """A query's key in the embedding cache: the hash of its normalised text, marked as a
+    query's (never the hash of a chunk's text, whose vector may differ)."""
+    return "query:" + content_hash(cache_key(query))
 
 
 class PostgresKnowledgeBase(KnowledgeBase):
