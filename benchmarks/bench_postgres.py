@@ -195,6 +195,7 @@ def real_vector_recall(dsn: str) -> list[str]:
             plain.append(f"ef_search {ef}: {recall:.3f} ({p50:.1f} ms)")
         scoped = []
         conn.execute(f"SET hnsw.ef_search = {store.ef_search}")
+        conn.execute("SET enable_seqscan = off")  # the graph's path, not a scan of the part
         for mode in ("off", "relaxed_order", "strict_order"):
             conn.execute(f"SET hnsw.iterative_scan = {mode}")
             recall, p50 = sweep("WHERE part = 3", exact_part)

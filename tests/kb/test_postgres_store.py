@@ -772,3 +772,17 @@ def test_a_metadata_filter_far_down_the_ranking_still_gets_the_exact_top(dsn, po
     scoped = kb.search("alpine", mode="bm25", top_k=5, filters={"team": "nobody"})
     assert scoped == []
     kb.close()
+
+
+def test_the_kb_postgres_example_of_the_docs_is_valid_settings():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    from ragloop.config import Settings
+
+    text = (Path(__file__).parents[2] / "docs" / "postgres.md").read_text()
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", text, re.S) if "[kb.postgres]" in b]
+    settings = Settings.model_validate(tomllib.loads(block))
+    assert settings.kb.postgres.store_options()["schema"] == "handbook"
+    assert settings.kb.postgres.index_build_memory_mb == 4096

@@ -220,6 +220,12 @@ CREATE_STAGING = (
 COPY_STAGING = (
     f"COPY chunks_in ({', '.join(name for name, _ in STAGING_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 )
+# The staging table of the vectors of stored chunks (by text hash), as COPY_STAGING's.
+CREATE_VECTOR_STAGING = (
+    "CREATE TEMP TABLE IF NOT EXISTS vectors_in (text_hash text, embedding vector) "
+    "ON COMMIT DELETE ROWS"
+)
+COPY_VECTOR_STAGING = "COPY vectors_in (text_hash, embedding) FROM STDIN (FORMAT BINARY)"
 # The staged chunks in the order given (their pk follows it), each with its tsvector and the
 # number of its terms (OFFSET 0 keeps the planner from pulling the subquery up, which parsed
 # each text twice: 1.7 times the parsing time); their postings appended to the blocks, one row
