@@ -22,10 +22,9 @@ from ragloop.kb.stores.postgres import postings
 from ragloop.kb.stores.postgres.connection import PostgresDatabase, as_vector
 from ragloop.kb.stores.postgres.schema import (
     CHUNK_COLUMNS,
-    CORPUS_TOTALS,
     FILTER_COLUMNS,
     FROM_CHUNKS,
-    KEYWORD_BLOCKS,
+    KEYWORD_QUERY,
     TEXT_CONFIG,
 )
 from ragloop.kb.stores.rows import chunk_from_row
@@ -112,12 +111,11 @@ class PostgresReads(PostgresDatabase):
             return []
         collections = None if scope.collections is None else list(scope.collections)
         with self._connection() as conn:
-            totals = conn.execute(CORPUS_TOTALS).fetchone()
-            assert totals is not None
             rows = conn.execute(
-                KEYWORD_BLOCKS, {"query": " ".join(terms), "collections": collections}
+                KEYWORD_QUERY, {"query": " ".join(terms), "collections": collections}
             ).fetchall()
-            pks, weights, ceiling = postings.score(rows, float(totals[0]), float(totals[1]))
+            blocks = [row[2:] for row in rows if row[2] is not None]  # none: one empty row
+            pks, weights, ceiling = postings.score(blocks, float(rows[0][0]), float(rows[0][1]))
             held, scores = postings.totals(pks, weights)
             if scope.filters:
                 hits = self._filtered(conn, postings.in_score_order(held, scores), top_k, scope)

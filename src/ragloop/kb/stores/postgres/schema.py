@@ -293,6 +293,12 @@ CORPUS_TOTALS = """
            greatest(coalesce(sum(terms), 0)::float8 / greatest(coalesce(sum(chunks), 0), 1), 1)
     FROM corpus_counters
 """
+# The corpus totals (chunks, average length) with the blocks: one round trip a query.
+KEYWORD_QUERY = f"""
+    WITH totals (chunks, average_length) AS ({CORPUS_TOTALS}),
+         blocks (df, entries, segments, counts) AS ({KEYWORD_BLOCKS})
+    SELECT totals.*, blocks.* FROM totals LEFT JOIN blocks ON true
+"""
 
 
 def set_search_path(conn: psycopg.Connection[Any], schema: str, *, local: bool) -> None:
