@@ -65,6 +65,19 @@ def postgres_server():
 
 
 @pytest.fixture
+def postgres_database(postgres_server, request) -> str:
+    """The DSN of a database of the test's own on the session's PostgreSQL (for what takes a
+    whole database: several servers, the default schema)."""
+    import psycopg
+
+    name = "db_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name}")
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_server.dsn_for(name)
+
+
+@pytest.fixture
 def postgres_schema(request) -> str:
     """A schema name of the test's own, for the knowledge bases it opens."""
     return "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:16]

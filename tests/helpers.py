@@ -10,8 +10,10 @@ from ragloop import (
     Chunk,
     EvaluationResult,
     GeneratorOutput,
+    LoopConfig,
     LoopIteration,
     ModelResponse,
+    RAGLoop,
     ReformulationOutput,
     ReformulationStrategy,
     ToolCall,
@@ -162,3 +164,14 @@ class CollectionSearch:
             if words & set(text.lower().replace(",", " ").replace(".", " ").split())
         ]
         return found[:limit]
+
+
+def slow_loop() -> RAGLoop:
+    """A RAGLoop whose retrieval takes a minute: a run that stays running while a test looks."""
+    return RAGLoop(
+        SlowAsyncRetriever(delay=60.0),  # far longer than a test runs
+        EchoGenerator(),
+        ScoreEvaluator([1.0]),
+        ListReformulator([["x"]]),
+        LoopConfig(max_iterations=1),
+    )

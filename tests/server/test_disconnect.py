@@ -9,8 +9,7 @@ import time
 import httpx
 import pytest
 
-from ragloop import LoopConfig, RAGLoop
-from tests.helpers import EchoGenerator, ListReformulator, ScoreEvaluator, SlowAsyncRetriever
+from tests.helpers import slow_loop
 from tests.server.conftest import auth
 
 ROUTES = {
@@ -21,16 +20,6 @@ ROUTES = {
         "rag",
     ),
 }
-
-
-def slow_loop() -> RAGLoop:
-    return RAGLoop(
-        SlowAsyncRetriever(delay=60.0),  # far longer than the test runs
-        EchoGenerator(),
-        ScoreEvaluator([1.0]),
-        ListReformulator([["x"]]),
-        LoopConfig(max_iterations=1),
-    )
 
 
 def running(service) -> int:

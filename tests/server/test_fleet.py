@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import httpx
-import pytest
 import yaml
 
 from ragloop.config import hash_key
@@ -25,18 +24,6 @@ CORPUS = {
     "returns.md": "# Returns\n\nRefunds are issued within 30 days of the return arriving.\n",
     "stoves.md": "# Ember stove\n\nThe Ember stove boils a litre of water in four minutes.\n",
 }
-
-
-@pytest.fixture
-def database(postgres_server, request) -> str:
-    """A database of the test's own on the session's PostgreSQL."""
-    import psycopg
-
-    name = "fleet_" + str(abs(hash(request.node.nodeid)) % 10**8)
-    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres_server.dsn_for(name)
 
 
 def server_home(root: Path, dsn: str) -> dict[str, str]:
@@ -82,7 +69,8 @@ def auth(name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEYS[name]}"}
 
 
-def test_a_run_asked_through_one_server_is_read_through_the_other(database, tmp_path):
+def test_a_run_asked_through_one_server_is_read_through_the_other(postgres_database, tmp_path):
+    database = postgres_database
     homes = {name: server_home(tmp_path / name, database) for name in ("a", "b")}
     corpus = tmp_path / "corpus"
     corpus.mkdir()

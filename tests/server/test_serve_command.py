@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import IO
 
 import httpx
-import pytest
 
 from ragloop.cli.serve import exposure_warning
 from ragloop.config import hash_key
@@ -104,29 +103,17 @@ def test_a_server_bound_beyond_loopback_without_keys_warns():
     assert "no API keys" in warning
 
 
-@pytest.fixture
-def postgres_kb(postgres_server, request) -> str:
-    """A database of the test's own on the session's PostgreSQL."""
-    import psycopg
-
-    name = "scale_" + str(abs(hash(request.node.nodeid)) % 10**8)
-    with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres_server.dsn_for(name)
-
-
-def test_two_servers_over_one_postgresql_share_documents_and_traces(postgres_kb, tmp_path):
+def test_two_servers_over_one_postgresql_share_documents_and_traces(postgres_database, tmp_path):
     from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
 
-    with PostgresKnowledgeBase(postgres_kb, embedder="hash") as kb:
+    with PostgresKnowledgeBase(postgres_database, embedder="hash") as kb:
         kb.add_documents(PUBLIC, collection="public")
         kb.add_documents(SECRET, collection="secret")
     config = tmp_path / "ragloop.toml"
     config.write_text(
         f"""
 [kb]
-location = "{postgres_kb}"
+location = "{postgres_database}"
 
 [server]
 traces = "{tmp_path / "traces.sqlite"}"

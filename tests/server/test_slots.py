@@ -17,9 +17,8 @@ import httpx
 import psycopg
 import pytest
 
-from ragloop import LoopConfig, RAGLoop
 from ragloop.server.slots import PostgresSlots, ProcessSlots, Slot
-from tests.helpers import EchoGenerator, ListReformulator, ScoreEvaluator, SlowAsyncRetriever
+from tests.helpers import slow_loop
 from tests.server.conftest import PUBLIC, auth, key_settings
 
 
@@ -143,16 +142,6 @@ def test_process_slots_count_this_process_only():
     assert take(slots, "alice", 1) is None
     slots.give(held)
     assert take(slots, "alice", 1) is not None
-
-
-def slow_loop() -> RAGLoop:
-    return RAGLoop(
-        SlowAsyncRetriever(delay=60.0),  # far longer than the test runs
-        EchoGenerator(),
-        ScoreEvaluator([1.0]),
-        ListReformulator([["x"]]),
-        LoopConfig(max_iterations=1),
-    )
 
 
 def test_over_http_the_second_server_refuses_a_key_at_its_limit(postgres_server, postgres_schema):

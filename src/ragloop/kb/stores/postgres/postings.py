@@ -18,6 +18,7 @@ hundred rows per lexeme whatever the corpus' size, and the scoring is a few arra
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -61,8 +62,7 @@ def decode(
 
 def idf(document_frequency: int, chunks: float) -> float:
     """FTS5's idf, ``log((N - n + 0.5) / (n + 0.5))``, floored at 1e-6 (as every store)."""
-    return max(float(np.log((chunks - document_frequency + 0.5) / (document_frequency + 0.5))),
-               1e-6)  # fmt: skip
+    return max(math.log((chunks - document_frequency + 0.5) / (document_frequency + 0.5)), 1e-6)
 
 
 def score(
@@ -115,10 +115,10 @@ def best(
 
 def in_score_order(
     pks: npt.NDArray[np.int64], scores: npt.NDArray[np.float64]
-) -> list[tuple[int, float]]:
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Every (pk, score), best first, lower pk first on ties (for filters seen in SQL)."""
     order = np.lexsort((pks, -scores))
-    return [(int(pks[i]), float(scores[i])) for i in order]
+    return pks[order], scores[order]
 
 
 def without(entries: bytes, offsets: Iterable[int]) -> bytes:

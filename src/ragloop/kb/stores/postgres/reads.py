@@ -7,6 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from ragloop.core.errors import StoreError
 from ragloop.core.records import Chunk, Scope
 from ragloop.core.text import tokenize
@@ -118,7 +121,8 @@ class PostgresReads(PostgresDatabase):
             pks, weights, ceiling = postings.score(blocks, float(rows[0][0]), float(rows[0][1]))
             held, scores = postings.totals(pks, weights)
             if scope.filters:
-                hits = self._filtered(conn, postings.in_score_order(held, scores), top_k, scope)
+                ranked = postings.in_score_order(held, scores)
+                hits = self._filtered(conn, ranked, top_k, scope)
             else:
                 hits = self._chunks_by_pk(conn, postings.best(held, scores, top_k))
         out = []
@@ -150,17 +154,20 @@ class PostgresReads(PostgresDatabase):
     def _filtered(
         self,
         conn: psycopg.Connection[tuple[Any, ...]],
-        ranked: list[tuple[int, float]],
+        ranked: tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]],
         top_k: int,
         scope: Scope,
     ) -> list[tuple[float, tuple[Any, ...]]]:
-        """The first ``top_k`` of ``ranked`` the scope's filters admit, checked in windows
-        that grow eightfold (one query when the filters admit most chunks)."""
+        """The first ``top_k`` of the ranked (pks, scores) the scope's filters admit, checked
+        in windows that grow eightfold (one query when the filters admit most chunks)."""
         where, params = self._scope_sql(Scope(None, scope.filters))
+        pks, scores = ranked
         found: list[tuple[float, tuple[Any, ...]]] = []
         start, window = 0, FILTERED_WINDOW * top_k
-        while start < len(ranked) and len(found) < top_k:
-            found += self._chunks_by_pk(conn, ranked[start : start + window], where, params)
+        while start < len(pks) and len(found) < top_k:
+            part = slice(start, start + window)
+            candidates = list(zip(pks[part].tolist(), scores[part].tolist(), strict=True))
+            found += self._chunks_by_pk(conn, candidates, where, params)
             start, window = start + window, window * 8
         return found[:top_k]
 
@@ -244,16 +251,7 @@ class PostgresReads(PostgresDatabase):
         return targets
 
     def chunks_with_phrase(self, phrase: str, limit: int) -> list[tuple[str, str, str]]:
-        words = tokenize(phrase)
-        if not words:
-            return []
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT c.id, c.collection, d.source, c.content {FROM_CHUNKS} "
-                f"WHERE c.tsv @@ phraseto_tsquery('{TEXT_CONFIG}', %s) ORDER BY c.pk LIMIT %s",
-                (" ".join(words), limit),
-            ).fetchall()
-        return [(row[0], f"{row[1]}\0{row[2]}", row[3]) for row in rows]
+        return self.chunks_with_phrases([phrase], limit).get(phrase, [])
 
     def chunks_with_phrases(
         self, phrases: Sequence[str], limit: int
