@@ -519,9 +519,10 @@ def test_an_interrupted_embedding_goes_on_where_it_stopped(tmp_path, docs):
         assert kb.embed() == 0
 
 
-def test_chunks_given_the_row_numbers_of_deleted_ones_are_still_embedded(tmp_path):
+def test_chunks_written_after_the_last_ones_were_deleted_are_still_embedded(tmp_path):
     # the search for chunks without a vector starts where the last one found none missing;
-    # row numbers of the last chunks, once deleted, are given again to new ones below it
+    # the last chunks' row numbers, once deleted, are not given again (the vector graph keys
+    # vectors by row number): a new chunk comes after them, and is found
     embedder = CountingEmbedder()
     with KnowledgeBase(tmp_path / "kb.sqlite", embedder=embedder) as kb:
         kb.add_documents(
@@ -536,7 +537,7 @@ def test_chunks_given_the_row_numbers_of_deleted_ones_are_still_embedded(tmp_pat
         assert conn.execute("SELECT pk FROM embedded_below").fetchall() == [(b_pk + 1,)]
         kb.delete("b")
         kb.add_documents([Document(text="Gamma three.", source="c")], vectors="later")
-        assert conn.execute(pk_of, ("c",)).fetchone() == (b_pk,)
+        assert conn.execute(pk_of, ("c",)).fetchone() == (b_pk + 1,)
         assert kb.stats().vectors_missing == 1
         embedder.embedded.clear()
         assert kb.embed() == 1
@@ -544,10 +545,10 @@ def test_chunks_given_the_row_numbers_of_deleted_ones_are_still_embedded(tmp_pat
         assert kb.stats().vectors_missing == 0
 
 
-def test_chunks_given_the_row_numbers_of_deleted_ones_still_get_their_phrases(tmp_path):
+def test_chunks_written_after_deleted_ones_without_phrases_still_get_their_phrases(tmp_path):
     # the phrase index is written once a phrase is looked up (an ingest with title links);
-    # chunks written without it lack their phrases from meta 'phrases_from' on, and new
-    # chunks may be given row numbers below it once the chunks from it on are deleted
+    # chunks written without it lack their phrases from meta 'phrases_from' on, also once
+    # the chunks from it on are deleted and new ones written after them
     path = tmp_path / "kb.sqlite"
     pk_of = "SELECT c.pk FROM chunks c JOIN documents d ON d.id = c.document_id WHERE source = ?"
     with KnowledgeBase(path, embedder=None) as kb:
@@ -567,7 +568,7 @@ def test_chunks_given_the_row_numbers_of_deleted_ones_still_get_their_phrases(tm
         kb.delete("b")
         kb.delete("c")
         kb.add_documents([Document(text="Sleeping under the Night Sky.", source="d")])
-        assert conn.execute(pk_of, ("d",)).fetchone() == (b_pk,)
+        assert conn.execute(pk_of, ("d",)).fetchone() == (b_pk + 2,)  # never given twice
         assert conn.execute("SELECT count(*) FROM chunks_fts").fetchone() == (1,)
     with KnowledgeBase(path, embedder=None) as kb:
         kb.add_documents([Document(text="Stars at night.", source="e", title="Night Sky")])
@@ -605,7 +606,7 @@ def test_progress_reports_files_then_chunks_with_rates(tmp_path, docs):
     with KnowledgeBase(tmp_path / "kb.sqlite", embedder=HashEmbedder(64)) as kb:
         report = kb.ingest(docs, on_progress=states.append)
     phases = [s.phase for s in states]
-    assert phases == sorted(phases, key=["reading", "embedding", "done"].index)
+    assert phases == sorted(phases, key=["reading", "embedding", "indexing", "done"].index)
     reading = [s for s in states if s.phase == "reading"]
     assert reading[-1].files_done == reading[-1].files_total == 4
     assert reading[-1].chunks_stored == report.chunks_added

@@ -711,6 +711,7 @@ from ragloop.kb.stores.postgres import writes
 from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
 pipeline.WRITE_BATCH = 64  # batches of documents written in one transaction each
 pipeline.EMBED_BATCH = 64
+pipeline.STORE_EVERY_S = 0  # each batch stored before it is reported: some are in at the kill
 writes.BULK_VECTORS = 50  # the vector index is dropped for the fill, built after it
 kb = PostgresKnowledgeBase({dsn!r}, schema={postgres_schema!r}, embedder="hash")
 def progress(state):

@@ -152,8 +152,12 @@ def test_saved_arrays_read_back_as_written_and_read_only(tmp_path):
     assert saved_arrays.load(tmp_path / "missing.arrays") is None
 
 
-def test_a_folder_that_cannot_take_the_file_keeps_searching(kb_path, monkeypatch):
+def test_a_folder_that_cannot_take_the_file_keeps_searching(tmp_path, monkeypatch):
     monkeypatch.setattr(saved_arrays, "save", lambda *args: False)
+    kb_path = tmp_path / "kb.sqlite"
+    with KnowledgeBase(kb_path, embedder=HashEmbedder(64)) as kb:
+        kb.add_documents(DOCS)
+        assert kb.search("lantern tent", mode="hybrid")[0].source == "camp.md"
     with KnowledgeBase(kb_path, embedder=HashEmbedder(64)) as kb:
         assert kb.search("lantern tent", mode="hybrid")[0].source == "camp.md"
     assert not saved(kb_path.parent, "keyword")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -22,8 +22,6 @@ from ragloop.cli.common import (
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 from ragloop.kb.ingest.discover import IngestInterrupted, IngestProgress, IngestReport
-from ragloop.kb.knowledge_base import KnowledgeBase
-from ragloop.kb.stores.base import PreloadedIndexes
 
 
 @contextmanager
@@ -49,6 +47,11 @@ def progress_display(quiet: bool) -> Iterator[Callable[[IngestProgress], None]]:
                 done, total = state.files_done, state.files_total
                 counts = f"{done:,}/{total:,} files, {state.chunks_stored:,} chunks"
                 unit = "files"
+            elif state.phase == "indexing":  # the vector graph, at hundreds of thousands
+                description = "indexing"
+                done, total = state.vectors_indexed, state.vectors_to_index
+                counts = f"{done:,}/{total:,} vectors" if total else ""
+                unit = "vectors"
             else:
                 description = "embedding" if state.phase == "embedding" else "done"
                 done, total = state.chunks_embedded, state.chunks_to_embed
@@ -64,22 +67,6 @@ def progress_display(quiet: bool) -> Iterator[Callable[[IngestProgress], None]]:
             )  # fmt: skip
 
         yield show
-
-
-def prepare_indexes(kb: KnowledgeBase, quiet: bool) -> None:
-    """Build and save the search indexes now (the SQLite store; at a million chunks the vector
-    graph takes minutes), so the first search finds them ready. Stopped, the first search
-    builds them instead: nothing is lost."""
-    store = kb.store
-    if not isinstance(store, PreloadedIndexes):  # PostgreSQL indexes as it writes
-        return
-    status = nullcontext() if quiet else errors.status("preparing the search indexes")
-    try:
-        with status:
-            store.load_indexes(dense=kb.embedder is not None)
-    except KeyboardInterrupt:
-        click.echo("stopped: the first search will build the indexes", err=True)
-        raise click.exceptions.Exit(130) from None
 
 
 @click.command()
@@ -139,7 +126,6 @@ def ingest(
                 sync=sync,
                 vectors="later" if vectors == "later" else "now",
             )
-        prepare_indexes(kb, quiet or as_json)
         where = str(kb.path) if kb.path is not None else kb.stats().path
     except RagloopError as error:
         raise click.ClickException(str(error)) from None

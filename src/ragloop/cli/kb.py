@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ragloop.cli.common import console, kb_option, open_kb, print_json
-from ragloop.cli.ingest import prepare_indexes, progress_display
+from ragloop.cli.ingest import progress_display
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 
@@ -86,9 +86,11 @@ def embed(kb_location: str | None, quiet: bool) -> None:
     try:
         with progress_display(quiet) as show:
             done = kb.embed(on_progress=show)
-        prepare_indexes(kb, quiet)
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
+    except KeyboardInterrupt:
+        click.echo("stopped: what was embedded is saved; run it again to go on", err=True)
+        raise click.exceptions.Exit(130) from None
     finally:
         kb.close()
     console.print(f"embedded {done:,} chunks" if done else "every chunk has its vector")

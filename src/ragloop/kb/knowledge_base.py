@@ -12,7 +12,7 @@ import hashlib
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +41,7 @@ from ragloop.kb.ingest.items import BytesItem, FileItem, Item, TextItem
 from ragloop.kb.ingest.pipeline import (
     Progress,
     ProgressCallback,
+    build_indexes,
     embed_missing,
     store_text,
 )
@@ -188,15 +189,16 @@ class KnowledgeBase(Searching):
         sync: bool = False,
         vectors: VectorsWhen = "now",
     ) -> IngestReport:
-        """Ingest files and folders into ``collection``. The text of every file is stored
-        first (keyword search finds it at once), then the chunks are embedded; with
-        ``vectors="later"`` they are left for :meth:`embed`. A file whose size and times
-        (modification, status change) are unchanged is not read, one whose bytes are unchanged
-        is not parsed; a changed file replaces its chunks in one transaction. A file or folder
-        that cannot be read or parsed is reported in ``skipped`` with the reason, and the rest
-        is ingested. With ``sync=True``, documents of the collection under the given folders
-        whose files are gone are removed (never those under a folder, or of a file, that could
-        not be read).
+        """Ingest files and folders into ``collection``. The text of every file is stored first
+        (keyword search finds it at once), then the chunks are embedded (with
+        ``vectors="later"`` they are left for :meth:`embed`), then the search indexes are built
+        and saved beside the file, so the first search, in any process, finds them ready. A file
+        whose size and times (modification, status change) are unchanged is not read, one whose
+        bytes are unchanged is not parsed; a changed file replaces its chunks in one
+        transaction. A file or folder that cannot be read or parsed is reported in ``skipped``
+        with the reason, and the rest is ingested. With ``sync=True``, documents of the
+        collection under the given folders whose files are gone are removed (never those under a
+        folder, or of a file, that could not be read).
 
         A document's source is its path relative to the folder given (``library/os.html``), or
         the file's name for a file given by itself; several folders given at once are named
@@ -217,8 +219,8 @@ class KnowledgeBase(Searching):
         items = (
             FileItem(f.path, f.root, f.source, self.max_file_bytes, self.encodings) for f in named
         )
-        self._ingest(items, len(found), collection, report, on_progress, vectors)
-        if sync:
+
+        def remove_gone() -> None:  # with sync: documents whose files left the folders given
             files = {f.path for f in named}
             for doc in self.store.documents(collection):
                 file = file_of(doc)
@@ -226,6 +228,16 @@ class KnowledgeBase(Searching):
                     continue
                 if any(file.is_relative_to(root) for root in roots):
                     report.removed += self.store.delete_document(doc.source, collection)
+
+        self._ingest(
+            items,
+            len(found),
+            collection,
+            report,
+            on_progress,
+            vectors,
+            remove_gone if sync else None,
+        )
         return report
 
     def add_documents(
@@ -294,22 +306,30 @@ class KnowledgeBase(Searching):
         report: IngestReport,
         on_progress: ProgressCallback | None,
         vectors: VectorsWhen,
+        then: Callable[[], None] | None = None,
     ) -> None:
+        """Store the items' text, embed it (``vectors="now"``), run ``then``, and build the
+        search indexes (the vectors' only when they were embedded now)."""
         if vectors not in ("now", "later"):
             raise ConfigError("vectors", f"must be 'now' or 'later', got {vectors!r}")
         check_collection(collection)
+        progress = Progress(on_progress, total)
         try:
-            self._ingest_items(items, total, collection, report, on_progress, vectors)
+            self._ingest_items(items, collection, report, progress, vectors)
+            if then is not None:
+                then()
+            embedded = self.embedder is not None and vectors == "now"
+            build_indexes(self.store, progress, dense=embedded)
         except KeyboardInterrupt:  # say what was saved: running again resumes from there
             raise IngestInterrupted(report) from None
+        progress.phase("done")
 
     def _ingest_items(
         self,
         items: Iterable[Item],
-        total: int,
         collection: str,
         report: IngestReport,
-        on_progress: ProgressCallback | None,
+        progress: Progress,
         vectors: VectorsWhen,
     ) -> None:
         recorded = self.store.embedding_model()
@@ -323,7 +343,6 @@ class KnowledgeBase(Searching):
         elif recorded is None:
             # remembered, so a later open does not start embedding only the new documents
             self.store.set_embedding_model(*NO_EMBEDDER)
-        progress = Progress(on_progress, total)
         store_text(
             self.store,
             items,
@@ -342,7 +361,6 @@ class KnowledgeBase(Searching):
             if vectors == "now":
                 report.chunks_embedded = embed_missing(self.store, self.embedder, progress)
             report.vectors_missing = self.store.count_missing_vectors(self.embedder.model_id)
-        progress.phase("done")
 
     def embed(self, *, on_progress: ProgressCallback | None = None) -> int:
         """Embed the chunks stored without a vector (``ingest(..., vectors="later")``, or an
@@ -353,6 +371,7 @@ class KnowledgeBase(Searching):
             raise DenseSearchUnavailable(self.dense_off_reason)
         progress = Progress(on_progress)
         done = embed_missing(self.store, self.embedder, progress)
+        build_indexes(self.store, progress, dense=True)
         progress.phase("done")
         return done
 

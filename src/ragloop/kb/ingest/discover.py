@@ -73,15 +73,20 @@ class IngestProgress(BaseModel):
     """Where an ingest stands, given to ``on_progress`` after every file read and every
     batch embedded. Text is read and stored first (``phase="reading"``: keyword search sees
     each document as soon as it is stored), then the chunks without a vector are embedded
-    (``phase="embedding"``). ``rate`` is files or chunks per second in the current phase,
-    ``eta_s`` the seconds it still needs at that rate (None until there is a rate)."""
+    (``phase="embedding"``), then the search indexes are built and saved
+    (``phase="indexing"``: at hundreds of thousands of vectors, the approximate-search graph,
+    counted in ``vectors_indexed`` of ``vectors_to_index``), so the first search finds them
+    ready. ``rate`` is files, chunks or vectors per second in the current phase, ``eta_s`` the
+    seconds it still needs at that rate (None until there is a rate)."""
 
-    phase: Literal["reading", "embedding", "done"]
+    phase: Literal["reading", "embedding", "indexing", "done"]
     files_done: int = 0
     files_total: int = 0
     chunks_stored: int = 0
     chunks_embedded: int = 0
     chunks_to_embed: int = 0
+    vectors_indexed: int = 0
+    vectors_to_index: int = 0
     source: str = ""
     elapsed_s: float = 0.0
     rate: float = 0.0

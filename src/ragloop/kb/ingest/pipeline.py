@@ -6,7 +6,8 @@ status change) changed, and parsed only when the hash of its bytes changed. Phas
 the chunks that have no vector yet, a window at a time, sorted by length (less padding in a
 batch), each batch committed: an interrupted run loses at most one batch and the next run
 (``kb.embed()``, ``ragloop kb embed``) goes on where it stopped. Hybrid search uses the
-vectors there are.
+vectors there are. Phase three builds the search indexes a store holds in memory (SQLite's),
+so the first search after an ingest does not.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ragloop.kb.stores.base import (
     DocumentRecord,
     Link,
     MetadataUpdates,
+    PreloadedIndexes,
     Store,
 )
 
@@ -88,6 +90,8 @@ class Progress:
         spent = now - self.phase_started
         if state.phase == "reading":
             done, total = state.files_done, state.files_total
+        elif state.phase == "indexing":
+            done, total = state.vectors_indexed, state.vectors_to_index
         else:
             done, total = state.chunks_embedded, state.chunks_to_embed
         rate = done / spent if spent > 0 and done else 0.0
@@ -342,6 +346,22 @@ def _embed_windows(store: Store, embedder: Embedder, progress: Progress, total: 
         store.add_vectors(model, pending)
         raise
     return done
+
+
+def build_indexes(store: Store, progress: Progress, *, dense: bool) -> None:
+    """Phase three: build and save the store's in-memory search indexes now (keyword, and with
+    ``dense`` the vectors and, at hundreds of thousands of them, their graph: minutes at a
+    million), so the first search, in this process or another, finds them ready. Stopped, the
+    first search builds them instead: nothing is lost."""
+    if not isinstance(store, PreloadedIndexes):  # indexes kept up as it writes (PostgreSQL)
+        return
+    progress.phase("indexing", vectors_indexed=0, vectors_to_index=0)
+    store.load_indexes(
+        dense=dense,
+        on_progress=lambda done, total: progress.update(
+            vectors_indexed=done, vectors_to_index=total
+        ),
+    )
 
 
 def check_vectors(vectors: Sequence[Sequence[float]], expected: int, dimension: int) -> None:

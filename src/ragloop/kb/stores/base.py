@@ -15,7 +15,7 @@ Scores returned by a store are already in [0, 1]:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -229,10 +229,17 @@ class FusedSearch(Protocol):
 @runtime_checkable
 class PreloadedIndexes(Protocol):
     """A store that searches indexes held in memory, loaded (or reloaded after writes) ahead
-    of a search: the knowledge base loads them while the query is embedded, ``ragloop
-    ingest`` right after an ingest."""
+    of a search: the knowledge base builds them at the end of an ingest or an embed, so the
+    first search finds them ready (``on_progress`` gets (vectors added, vectors to add) while
+    an approximate-search graph is built), and loads them while a query is embedded."""
 
-    def load_indexes(self, *, keyword: bool = True, dense: bool = True) -> None: ...
+    def load_indexes(
+        self,
+        *,
+        keyword: bool = True,
+        dense: bool = True,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None: ...
 
 
 @runtime_checkable

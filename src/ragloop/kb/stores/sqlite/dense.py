@@ -147,14 +147,13 @@ class DenseSearch(SavedIndexes):
         return int(row[0])
 
     def _first_missing(self, model_id: str) -> int:
-        """The row number of the first chunk without a vector of ``model_id`` (one past the
-        last chunk when none lacks one), looked for from where the last search found one and
-        recorded for the next. The store's vectors are never deleted, so a chunk that had one
-        keeps it; ``replace_documents`` moves the record back when it gives row numbers
-        again. Searched without a write lock (a reader must not wait for a writer) and
-        recorded only if no chunks were written meanwhile; a file that cannot take the record
-        now (read-only since it was opened, locked past the timeout) is searched the same way
-        next time."""
+        """The row number of the first chunk without a vector of ``model_id`` (one past the last
+        chunk when none lacks one), looked for from where the last search found one and recorded
+        for the next. The store's vectors are never deleted, so a chunk that had one keeps it,
+        and new chunks get row numbers past any given before. Searched without a write lock (a
+        reader must not wait for a writer) and recorded only if no chunks were written
+        meanwhile; a file that cannot take the record now (read-only since it was opened, locked
+        past the timeout) is searched the same way next time."""
         conn = self._conn()
         generation = self._generation()
         row = conn.execute(
@@ -204,7 +203,7 @@ class DenseSearch(SavedIndexes):
         )
         return f"{rows.get('generation', 0)}:{rows.get('vectors', 0)}"
 
-    def _dense_index(self) -> _DenseIndex | None:
+    def _dense_index(self, on_progress: ann.GraphProgress | None = None) -> _DenseIndex | None:
         model = self.embedding_model()
         if model is None:
             return None
@@ -215,21 +214,24 @@ class DenseSearch(SavedIndexes):
         with self._dense_lock:  # one thread loads (and builds the graph), the others wait
             index = self._dense
             if index is None or index.generation != generation or index.model_id != model[0]:
-                index = self._load_dense(model, generation)
+                index = self._load_dense(model, generation, on_progress)
                 self._dense = index
             return index
 
-    def _load_dense(self, model: tuple[str, int], generation: str) -> _DenseIndex:
+    def _load_dense(
+        self, model: tuple[str, int], generation: str, on_progress: ann.GraphProgress | None
+    ) -> _DenseIndex:
         """The vectors as columns: mapped from the file saved beside the knowledge base for
         this state of it and this model, else read from the rows and saved."""
         conn = self._conn()
         with snapshot(conn):  # the state and the rows from one state of the file
             texts, vectors = self._meta(conn, "text_state"), self._meta(conn, "vector_state")
-            path = self._saved_path("dense", f"{texts}-{vectors}" if texts and vectors else None)
+            state = f"{texts}-{vectors}" if texts and vectors else None
+            path = self._saved_path("dense", state)
             index = self._saved_dense(path, model, generation) or self._build_dense(
                 conn, path, model, generation
             )
-        index.approximate = self._approximate(index, self._dense)
+        index.approximate = self._approximate(index, state, self._dense, on_progress)
         return index
 
     def _build_dense(
@@ -287,38 +289,36 @@ class DenseSearch(SavedIndexes):
         return _DenseIndex(generation, model[0], rows, columns)
 
     def _approximate(
-        self, index: _DenseIndex, previous: _DenseIndex | None
+        self,
+        index: _DenseIndex,
+        state: str | None,
+        previous: _DenseIndex | None,
+        on_progress: ann.GraphProgress | None,
     ) -> ApproximateIndex | None:
-        """The HNSW graph of a large dense index (:mod:`ragloop.kb.index.ann`): the previous
-        one extended when chunks were only appended since, else the saved one, else built and
-        saved."""
-        if len(index.rows.pks) < ann.MIN_VECTORS or not ann.available():
+        """The HNSW graph of a large dense index (:mod:`ragloop.kb.index.ann`): the one saved
+        for this state, else the previous one (in memory, or the latest saved) extended with
+        the vectors it lacks, else built; saved, then searched from its saved file."""
+        pks, columns = index.rows.pks, index.columns
+        if len(pks) < ann.MIN_VECTORS or not ann.available():
             return None
-        columns = index.columns
-        if previous is not None and previous.approximate is not None:
-            kept = len(previous.rows.pks)
-            if (
-                kept <= len(index.rows.pks)
-                and previous.columns.shape[0] == columns.shape[0]
-                and np.array_equal(previous.rows.pks, index.rows.pks[:kept])
-                and np.array_equal(previous.columns, columns[:, :kept])
-            ):
-                previous.approximate.extend(columns)
-                return self._save_graph(previous.approximate, columns)
-        found = ApproximateIndex.load(self.path, columns)
-        if found is None:
-            found = self._save_graph(ApproximateIndex.build(columns), columns)
-        return found
-
-    def _save_graph(
-        self, graph: ApproximateIndex, columns: npt.NDArray[np.float32]
-    ) -> ApproximateIndex:
-        """Save a graph beside the file and search the saved one, mapped, as the indexes'
-        saved copies are (the built one is freed); the built one when saving failed."""
-        if self.read_only:
+        dimension = columns.shape[0]
+        found = None if state is None else ApproximateIndex.load(self.path, state, pks, dimension)
+        if found is not None:
+            return found
+        graph = previous.approximate if previous is not None else None
+        if graph is not None and graph.graph.ndim == dimension:
+            graph = graph.copy()  # searches of the previous index may still read it
+        else:
+            graph = ApproximateIndex.latest(self.path, dimension)
+        missing = None if graph is None else graph.missing(pks)
+        if graph is None or missing is None or graph.stale(len(pks) - len(missing)):
+            graph = ApproximateIndex.build(pks, columns, on_progress)
+        else:
+            graph.add(missing, pks, columns, on_progress)
+        if state is None or self.read_only or not graph.save(self.path, state):
             return graph
-        graph.save(self.path, columns)
-        return ApproximateIndex.load(self.path, columns) or graph
+        # the saved copy, mapped (the built one is freed), as the indexes' saved copies are
+        return ApproximateIndex.load(self.path, state, pks, dimension) or graph
 
     @guarded
     def vector_search(self, vector: Sequence[float], top_k: int, scope: Scope) -> list[Chunk]:
@@ -343,7 +343,8 @@ class DenseSearch(SavedIndexes):
         mask = self._scope_mask(index.rows, scope)
         if mask is None and index.approximate is not None:
             # the graph's candidates, ranked by their exact scores
-            candidates = index.approximate.candidates(query, max(ann.CANDIDATES, 4 * top_k))
+            wanted = max(ann.CANDIDATES, 4 * top_k)
+            candidates = index.approximate.candidates(query, wanted, index.rows.pks)
             exact = query @ index.columns[:, candidates]
             best = best_positions(exact, top_k)
             top, found = candidates[best], exact[best]

@@ -17,7 +17,7 @@ read-only: search works, writes are refused.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,13 +96,21 @@ class SQLiteStore(Writes, KeywordSearch, DenseSearch, WritesInBatches):
         return [found[i] for i in ids if i in found]
 
     @guarded
-    def load_indexes(self, *, keyword: bool = True, dense: bool = True) -> None:
+    def load_indexes(
+        self,
+        *,
+        keyword: bool = True,
+        dense: bool = True,
+        on_progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         """Load (or reload, after writes) the in-memory indexes a search reads, before it
-        needs them: the knowledge base does it while the query is embedded."""
+        needs them: the knowledge base does it at the end of an ingest and while a query is
+        embedded. ``on_progress`` is told (vectors added, vectors to add) while the vector
+        graph of a large knowledge base is built or extended."""
         if keyword:
             self._keyword_index()
         if dense:
-            self._dense_index()
+            self._dense_index(on_progress)
 
     @guarded
     def hybrid_search(

@@ -46,9 +46,12 @@ class Writes(Database):
             self._delete_ids(conn, self._document_ids(conn, list(latest)))
             # the row numbers SQLite would give, chosen here so each table's rows go in together
             (document_id,) = conn.execute("SELECT coalesce(max(id), 0) FROM documents").fetchone()
-            (pk,) = conn.execute("SELECT coalesce(max(pk), 0) FROM chunks").fetchone()
-            # row numbers of deleted chunks may be given again, to chunks without vectors
-            conn.execute("UPDATE embedded_below SET pk = min(pk, ?)", (pk + 1,))
+            # never a row number given before (a deleted chunk's: the vector graph keys
+            # vectors by row number), so past the highest ever given, recorded in meta
+            (pk,) = conn.execute(
+                "SELECT max(coalesce((SELECT max(pk) FROM chunks), 0), coalesce((SELECT "
+                "CAST(value AS INTEGER) FROM meta WHERE key = 'chunk_pks_given'), 0))"
+            ).fetchone()
             documents_rows, chunk_rows, vector_rows = _batch_rows(
                 batch, document_id, pk, packed, None if model is None else model[0]
             )
@@ -61,6 +64,10 @@ class Writes(Database):
                 "INSERT INTO chunks (pk, id, document_id, position, content, heading_path, "
                 "text_hash, metadata, terms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 chunk_rows,
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('chunk_pks_given', ?)",
+                (str(pk + len(chunk_rows)),),
             )
             self._index_phrases(conn, pk + 1, pk + len(chunk_rows))
             conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)", vector_rows)
