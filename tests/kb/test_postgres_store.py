@@ -327,13 +327,16 @@ def test_a_collection_scope_is_applied_in_the_sql_before_the_limit(dsn, postgres
     assert [c.source for c in hits] == ["big-7"]
     store = kb.store
     assert isinstance(store, PostgresStore)
-    query = "EXPLAIN SELECT pk FROM chunks {} ORDER BY embedding <=> %s::vector LIMIT 3"
+    query = (
+        "EXPLAIN SELECT c.pk FROM chunk_vectors v JOIN chunks c ON c.pk = v.chunk_pk {} "
+        "ORDER BY v.embedding <=> %s::vector LIMIT 3"
+    )
     with store._pool.connection() as conn:  # the plans: the filter in SQL, HNSW for the order
         conn.execute("SET LOCAL enable_seqscan = off")
         scoped, unscoped = (
             "\n".join(row[0] for row in conn.execute(query.format(where), params))
             for where, params in (
-                ("WHERE collection = ANY (%s)", (["small"], [1.0] * 64)),
+                ("WHERE c.collection = ANY (%s)", (["small"], [1.0] * 64)),
                 ("", ([1.0] * 64,)),
             )
         )
@@ -379,18 +382,18 @@ def test_storing_vectors_finds_the_chunks_waiting_for_one_by_index(dsn, postgres
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
     kb.add_documents(docs("a", 200), vectors="later")
     store = kb.store
-    queries = [
-        "UPDATE chunks SET embedding = NULL WHERE text_hash = 'x' AND embedding IS NULL",
-        "SELECT c.pk FROM chunks c WHERE c.embedding IS NULL ORDER BY c.pk LIMIT 5",
-        "SELECT count(DISTINCT text_hash) FROM chunks WHERE embedding IS NULL",
+    queries = [  # a text's chunks, when its vector is stored; the next chunks without one
+        "SELECT c.pk FROM chunks c WHERE c.text_hash = 'x'",
+        "SELECT c.pk FROM chunks c WHERE c.pk > 0 AND NOT EXISTS "
+        "(SELECT 1 FROM chunk_vectors v WHERE v.chunk_pk = c.pk) ORDER BY c.pk LIMIT 5",
     ]
     with store._pool.connection() as conn:
         conn.execute("ANALYZE chunks")
         conn.execute("SET enable_seqscan = off")  # a table this small is read whole otherwise
         plans = ["\n".join(row[0] for row in conn.execute(f"EXPLAIN {q}")) for q in queries]
-    assert "using chunks_missing_vector on" in plans[0]
-    assert "using chunks_missing_vector_order on" in plans[1]
-    assert "chunks_missing_vector" in plans[2]
+    assert "using chunks_text_hash on" in plans[0]
+    assert "using chunks_pkey on" in plans[1]
+    assert "chunk_vectors_pkey" in plans[1]
     assert kb.embed() == 200
     assert kb.stats().vectors_missing == 0
     kb.close()
@@ -590,6 +593,27 @@ def test_a_bulk_fill_of_vectors_builds_the_hnsw_index_after_them(dsn, postgres_s
     kb.close()
 
 
+def test_a_graph_too_big_for_the_build_memory_is_said_before_it_is_built(
+    dsn, postgres_schema, monkeypatch, caplog
+):
+    monkeypatch.setattr("ragloop.kb.stores.postgres.writes.BULK_VECTORS", 50)
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
+    kb.add_documents(docs("a", 60), vectors="later")
+    kb.store.index_build_memory_mb = 0  # below what any graph needs (config allows 64 up)
+    with caplog.at_level("WARNING", logger="ragloop"):
+        kb.embed()
+    said = [r.getMessage() for r in caplog.records if "HNSW" in r.getMessage()]
+    assert len(said) == 1
+    assert "over 60 vectors needs about 1 MB" in said[0]
+    assert "index_build_memory_mb is 0" in said[0]
+    assert vector_index(dsn, postgres_schema) is not None  # built all the same
+    caplog.clear()
+    kb.store.index_build_memory_mb = 1024
+    kb.add_documents(docs("b", 60))
+    assert not [r for r in caplog.records if "HNSW" in r.getMessage()]
+    kb.close()
+
+
 def test_a_fill_that_fails_midway_still_ends_with_the_index(dsn, postgres_schema, monkeypatch):
     monkeypatch.setattr("ragloop.kb.stores.postgres.writes.BULK_VECTORS", 50)
     monkeypatch.setattr("ragloop.kb.ingest.pipeline.EMBED_BATCH", 40)
@@ -619,13 +643,16 @@ def test_a_knowledge_base_of_the_row_per_posting_layout_is_upgraded_in_place(dsn
     kb.add_documents(docs("old", 40) + docs("older", 3, words="glacier lake"))
     before = [(c.id, c.score) for c in kb.search("alpine glacier note", mode="bm25", top_k=50)]
     kb.close()
-    # the layout before migration 3: a row per posting, built from the chunks' tsvectors
+    # the layout before migration 3: a row per posting, built from the chunks' tsvectors (and
+    # before migration 4: the vectors a column of chunks)
     sql(
         dsn,
         postgres_schema,
         "CREATE TABLE postings AS SELECT t.lexeme, c.pk AS chunk_pk, c.collection, "
         "coalesce(array_length(t.positions, 1), 1) AS tf, c.n_terms FROM chunks c, unnest(c.tsv) t;"
-        "DROP TABLE postings_blocks; DELETE FROM _ragloop_migrations WHERE version = 3",
+        "DROP TABLE postings_blocks; ALTER TABLE chunks ADD COLUMN embedding vector;"
+        "DROP TABLE chunk_vectors; DROP INDEX chunks_text_hash;"
+        "DELETE FROM _ragloop_migrations WHERE version >= 3",
     )
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
     after = [(c.id, c.score) for c in kb.search("alpine glacier note", mode="bm25", top_k=50)]
@@ -633,6 +660,44 @@ def test_a_knowledge_base_of_the_row_per_posting_layout_is_upgraded_in_place(dsn
     assert len(after) == 43
     assert counters_match_the_chunks(dsn, postgres_schema)
     assert sql(dsn, postgres_schema, "SELECT to_regclass('postings')")[0][0] is None
+    kb.close()
+
+
+def test_a_knowledge_base_with_vectors_in_its_chunks_rows_is_upgraded_in_place(
+    dsn, postgres_schema
+):
+    kb = PostgresKnowledgeBase(
+        dsn, schema=postgres_schema, embedder=HashEmbedder(16), hnsw_m=8, link_titles=False
+    )
+    kb.add_documents([*docs("old", 40), Document(text="Glacier lake walk.", source="lake")])
+    kb.add_documents(docs("later", 5), vectors="later")
+    before = [c.id for c in kb.search("glacier lake", mode="dense", top_k=10)]
+    kb.close()
+    # the layout before migration 4: the vector a column of chunks, indexed there
+    sql(
+        dsn,
+        postgres_schema,
+        "ALTER TABLE chunks ADD COLUMN embedding vector(16);"
+        "UPDATE chunks c SET embedding = v.embedding FROM chunk_vectors v WHERE v.chunk_pk = c.pk;"
+        "DROP TABLE chunk_vectors; DROP INDEX chunks_text_hash;"
+        "CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops) "
+        "WITH (m = 8, ef_construction = 64);"
+        "CREATE INDEX chunks_missing_vector ON chunks (text_hash) WHERE embedding IS NULL;"
+        "DELETE FROM _ragloop_migrations WHERE version = 4",
+    )
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
+    assert [c.id for c in kb.search("glacier lake", mode="dense", top_k=10)] == before
+    assert kb.stats().vectors == 41
+    assert kb.stats().vectors_missing == 5
+    built = vector_index(dsn, postgres_schema)
+    assert "ON " in built
+    assert "chunk_vectors USING hnsw (embedding vector_cosine_ops)" in built
+    assert "m='8'" in built
+    assert kb.embed() == 5
+    assert kb.stats().vectors == 46
+    kb.delete("lake")  # its vector goes with it
+    assert kb.stats().vectors == 45
+    assert sql(dsn, postgres_schema, "SELECT count(*) FROM chunk_vectors")[0][0] == 45
     kb.close()
 
 
@@ -730,7 +795,12 @@ kb.ingest({str(corpus)!r}, on_progress=progress)
     assert 0 < partial <= 400
     assert counters_match_the_chunks(dsn, postgres_schema)  # whole batches, nothing half
     if phase == "embedding":  # killed mid-fill: every text in, some vectors, the index gone
-        missing = sql(dsn, postgres_schema, "SELECT count(*) FROM chunks WHERE embedding IS NULL")
+        missing = sql(
+            dsn,
+            postgres_schema,
+            "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
+            "(SELECT 1 FROM chunk_vectors v WHERE v.chunk_pk = c.pk)",
+        )
         assert partial == 400
         assert 0 < missing[0][0] < 400
         assert vector_index(dsn, postgres_schema) is None

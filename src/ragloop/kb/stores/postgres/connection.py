@@ -78,6 +78,7 @@ class PostgresDatabase:
         self.iterative_scan: IterativeScan = iterative_scan
         self.index_build_memory_mb = index_build_memory_mb
         self._model: tuple[str, int] | None = None
+        self._missing_after = 0  # the last chunk pk the embedding phase was given
         params = conninfo_to_dict(dsn)
         params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
         params.setdefault("application_name", "ragloop")
@@ -175,7 +176,7 @@ def recorded_model(conn: psycopg.Connection[tuple[Any, ...]]) -> tuple[str, int]
 
 
 def vectors_stored(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
-    row = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()
+    row = conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()
     return int(row[0]) if row else 0
 
 

@@ -190,9 +190,9 @@ class PostgresReads(PostgresDatabase):
             calls = ", ".join(["set_config(%s, %s, true)"] * (len(settings) // 2))
             conn.execute(f"SELECT {calls}", settings)
             rows = conn.execute(
-                f"SELECT c.embedding <=> %b AS distance, {CHUNK_COLUMNS} "
-                f"{FROM_CHUNKS} WHERE c.embedding IS NOT NULL AND {where} "
-                "ORDER BY distance LIMIT %s",
+                f"SELECT v.embedding <=> %b AS distance, {CHUNK_COLUMNS} FROM chunk_vectors v "
+                f"JOIN chunks c ON c.pk = v.chunk_pk JOIN documents d ON d.id = c.document_id "
+                f"WHERE {where} ORDER BY distance LIMIT %s",
                 [query, *scope_params, top_k],
             ).fetchall()
         rows.sort(key=lambda row: (row[0], row[1]))  # relaxed order: exact order restored here
@@ -217,23 +217,35 @@ class PostgresReads(PostgresDatabase):
 
     def missing_vectors(self, model_id: str, limit: int) -> list[tuple[str, str]]:
         """Up to ``limit`` (text hash, index text) of chunks stored without a vector, each
-        text once, in the order the chunks were stored (one model per knowledge base)."""
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
-                "JOIN documents d ON d.id = c.document_id WHERE c.embedding IS NULL "
-                "ORDER BY c.pk LIMIT %s",
-                (limit,),
-            ).fetchall()
+        text once, in the order the chunks were stored (one model per knowledge base). Each
+        call goes on after the last chunk the previous one returned (an embedding phase reads
+        the table once); when none is left there, it looks again from the first chunk (a
+        writer may have committed chunks of smaller pks meanwhile)."""
+        after = self._missing_after
+        rows = self._missing_rows(limit, after) if after else []
+        if not rows:
+            rows = self._missing_rows(limit, 0)
+        if rows:
+            self._missing_after = rows[-1][0]
         found: dict[str, str] = {}
-        for text_hash, title, heading_path, content in rows:
+        for _, text_hash, title, heading_path, content in rows:
             found.setdefault(text_hash, index_text(title, heading_path, content))
         return list(found.items())
+
+    def _missing_rows(self, limit: int, after: int) -> list[tuple[Any, ...]]:
+        with self._connection() as conn:
+            return conn.execute(
+                "SELECT c.pk, c.text_hash, d.title, c.heading_path, c.content FROM chunks c "
+                "JOIN documents d ON d.id = c.document_id WHERE c.pk > %s AND NOT EXISTS "
+                "(SELECT 1 FROM chunk_vectors v WHERE v.chunk_pk = c.pk) ORDER BY c.pk LIMIT %s",
+                (after, limit),
+            ).fetchall()
 
     def count_missing_vectors(self, model_id: str) -> int:
         with self._connection() as conn:
             row = conn.execute(
-                "SELECT count(DISTINCT text_hash) FROM chunks WHERE embedding IS NULL"
+                "SELECT count(DISTINCT c.text_hash) FROM chunks c WHERE NOT EXISTS "
+                "(SELECT 1 FROM chunk_vectors v WHERE v.chunk_pk = c.pk)"
             ).fetchone()
         return int(row[0]) if row else 0
 
@@ -311,7 +323,7 @@ class PostgresReads(PostgresDatabase):
             ]
             # the chunks that have a vector (embeddings is a cache by text, not the index)
             counts = conn.execute(
-                "SELECT (SELECT count(*) FROM chunks WHERE embedding IS NOT NULL), "
+                "SELECT (SELECT count(*) FROM chunk_vectors), "
                 "(SELECT count(*) FROM links), "
                 "(SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "

@@ -18,11 +18,12 @@ one per thread at a time, checked before use so a restarted server is reconnecte
   by the highest score the query could reach (every term at saturation), the normalisation of
   every store, so it lies in [0, 1]. Why not ``ts_rank_cd`` on the GIN index: see
   :mod:`.schema`.
-- Vector search: cosine distance in an HNSW index (``vector_cosine_ops``), created when the
-  embedding model is recorded, and built again after a fill of many vectors at once
-  (:meth:`PostgresStore.filling_vectors`); filters are applied in the same query, with
-  pgvector 0.8's iterative scan so a narrow collection still fills ``top_k``. Score: 1 -
-  distance, clipped.
+- Vector search: cosine distance in an HNSW index (``vector_cosine_ops``) over
+  ``chunk_vectors`` (a row per chunk that has a vector: storing one leaves the chunk's row as
+  it is), created when the embedding model is recorded, and built again after a fill of many
+  vectors at once (:meth:`PostgresStore.filling_vectors`); filters are applied in the same
+  query, with pgvector 0.8's iterative scan so a narrow collection still fills ``top_k``.
+  Score: 1 - distance, clipped.
 - Hybrid search is fused in Python by the knowledge base, as for every store (with BM25 added
   up in Python there is nothing to fuse in SQL; fusing both in one statement was measured no
   faster when BM25 ran in SQL: 48 against 50 ms p50 at 100,000 chunks).
