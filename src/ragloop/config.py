@@ -60,7 +60,8 @@ class PostgresSettings(_Section):
     recall against exact search is measured in BENCHMARKS.md); ``iterative_scan`` lets
     pgvector 0.8+ walk on until a filtered query has its ``top_k``; ``hnsw_m`` and
     ``hnsw_ef_construction`` shape the index when it is built; ``index_build_memory_mb`` is the
-    most memory a build of it asks for (a graph that does not fit builds far slower)."""
+    most memory a build of it asks for (a graph that does not fit builds far slower);
+    ``postings_cache_mb`` bounds the keyword postings a process keeps between queries (0: none)."""
 
     schema_name: str = Field(default="ragloop", alias="schema", min_length=1)
     pool_max_size: int = Field(default=10, ge=1)
@@ -69,6 +70,7 @@ class PostgresSettings(_Section):
     ef_search: int = Field(default=100, ge=1, le=1000)
     iterative_scan: Literal["relaxed_order", "strict_order", "off"] = "relaxed_order"
     index_build_memory_mb: int = Field(default=1024, ge=64)
+    postings_cache_mb: int = Field(default=512, ge=0)
 
     @model_serializer(mode="wrap")
     def _as_written(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:

@@ -652,6 +652,7 @@ def test_a_knowledge_base_of_the_row_per_posting_layout_is_upgraded_in_place(dsn
         "coalesce(array_length(t.positions, 1), 1) AS tf, c.n_terms FROM chunks c, unnest(c.tsv) t;"
         "DROP TABLE postings_blocks; ALTER TABLE chunks ADD COLUMN embedding vector;"
         "DROP TABLE chunk_vectors; DROP INDEX chunks_text_hash;"
+        "ALTER TABLE corpus_counters DROP COLUMN writes;"
         "DELETE FROM _ragloop_migrations WHERE version >= 3",
     )
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
@@ -683,7 +684,8 @@ def test_a_knowledge_base_with_vectors_in_its_chunks_rows_is_upgraded_in_place(
         "CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops) "
         "WITH (m = 8, ef_construction = 64);"
         "CREATE INDEX chunks_missing_vector ON chunks (text_hash) WHERE embedding IS NULL;"
-        "DELETE FROM _ragloop_migrations WHERE version = 4",
+        "ALTER TABLE corpus_counters DROP COLUMN writes;"
+        "DELETE FROM _ragloop_migrations WHERE version >= 4",
     )
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))
     assert [c.id for c in kb.search("glacier lake", mode="dense", top_k=10)] == before

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from ragloop.config import PostgresSettings
 from ragloop.core.errors import ConfigError, KnowledgeBaseNotFound, StoreError
+from ragloop.kb.stores.postgres.postings_cache import PostingsCache
 from ragloop.kb.stores.postgres.schema import (
     MIGRATIONS,
     migrate,
@@ -56,6 +57,7 @@ class PostgresDatabase:
         ef_search: int = DEFAULTS.ef_search,
         iterative_scan: IterativeScan = DEFAULTS.iterative_scan,
         index_build_memory_mb: int = DEFAULTS.index_build_memory_mb,
+        postings_cache_mb: int = DEFAULTS.postings_cache_mb,
     ) -> None:
         if _MISSING is not None:
             raise StoreError(
@@ -65,7 +67,8 @@ class PostgresDatabase:
             PostgresSettings.model_validate(
                 {"schema": schema, "pool_max_size": pool_max_size, "hnsw_m": hnsw_m,
                  "hnsw_ef_construction": hnsw_ef_construction, "ef_search": ef_search,
-                 "iterative_scan": iterative_scan, "index_build_memory_mb": index_build_memory_mb}
+                 "iterative_scan": iterative_scan, "index_build_memory_mb": index_build_memory_mb,
+                 "postings_cache_mb": postings_cache_mb}
             )  # fmt: skip
         except ValidationError as error:
             first = error.errors()[0]
@@ -79,6 +82,10 @@ class PostgresDatabase:
         self.index_build_memory_mb = index_build_memory_mb
         self._model: tuple[str, int] | None = None
         self._missing_after = 0  # the last chunk pk the embedding phase was given
+        self._postings_cache = (
+            PostingsCache(postings_cache_mb * 2**20) if postings_cache_mb > 0 else None
+        )
+        self._lexemes_of: dict[str, list[str]] = {}  # query words -> their lexemes
         params = conninfo_to_dict(dsn)
         params.setdefault("connect_timeout", str(max(1, round(connect_timeout_s))))
         params.setdefault("application_name", "ragloop")

@@ -19,14 +19,14 @@ hundred rows per lexeme whatever the corpus' size, and the scoring is a few arra
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from ragloop.kb.index.bm25 import top_indices
 from ragloop.kb.stores.base import BM25_B, BM25_K1
+from ragloop.kb.stores.postgres.postings_cache import LexemePostings
 
 SEGMENT_BITS = 12
 SEGMENT_SIZE = 1 << SEGMENT_BITS  # consecutive chunk pks whose postings share a block
@@ -65,26 +65,52 @@ def idf(document_frequency: int, chunks: float) -> float:
     return max(math.log((chunks - document_frequency + 0.5) / (document_frequency + 0.5)), 1e-6)
 
 
-def score(
-    rows: Iterable[tuple[Any, ...]], chunks: float, average_length: float
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], float]:
-    """BM25 of every chunk holding a query lexeme: (pks, raw scores) in no order, and the
-    highest score the query could reach (every lexeme at saturation), which normalises.
+def lexeme_postings(
+    entries: bytes,
+    segments: Sequence[int],
+    counts: Sequence[int],
+    collections: Sequence[str],
+    average_length: float,
+) -> LexemePostings:
+    """One lexeme's blocks (in collection order, each with its segment, count and collection)
+    decoded into chunk pks and BM25 term weights without the idf, for a corpus of this average
+    length."""
+    pks, tf, length = decode(entries, segments, counts)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average_length)
+    weights = (tf * (BM25_K1 + 1) / (tf + norm)).astype(np.float32)
+    names: list[str] = []
+    starts = [0]
+    for name, count in zip(collections, counts, strict=True):
+        if not names or names[-1] != name:
+            names.append(name)
+            starts.append(starts[-1])
+        starts[-1] += count
+    if len(pks) and int(pks.max()) < 2**32:  # half the memory in the cache
+        pks = pks.astype(np.uint32)
+    return LexemePostings(pks, weights, tuple(names), np.asarray([0, *starts[1:]], np.int64))
 
-    ``rows``: per query lexeme, its document frequency over the whole corpus, then its blocks
-    in scope (entries, segments, counts; None when none is in scope)."""
+
+def score(
+    lexemes: Iterable[tuple[int, LexemePostings | None]],
+    chunks: float,
+    collections: Collection[str] | None,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], float]:
+    """BM25 of every chunk in scope holding a query lexeme: (pks, raw scores) in no order, and
+    the highest score the query could reach (every lexeme at saturation), which normalises.
+
+    ``lexemes``: per query lexeme, its document frequency over the whole corpus and its
+    postings (None when it has none in scope)."""
     pk_parts: list[npt.NDArray[np.int64]] = []
     weight_parts: list[npt.NDArray[np.float64]] = []
     ceiling = 0.0
-    for document_frequency, entries, segments, counts in rows:
+    for document_frequency, postings in lexemes:
         weight = idf(int(document_frequency), chunks)
         ceiling += weight * (BM25_K1 + 1)
-        if entries is None:
+        if postings is None:
             continue
-        pks, tf, length = decode(bytes(entries), segments, counts)
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average_length)
-        pk_parts.append(pks)
-        weight_parts.append(weight * tf * (BM25_K1 + 1) / (tf + norm))
+        pks, weights = postings.in_scope(collections)
+        pk_parts.append(pks.astype(np.int64))
+        weight_parts.append(weights.astype(np.float64) * weight)
     if not pk_parts:
         return np.zeros(0, np.int64), np.zeros(0, np.float64), ceiling
     return np.concatenate(pk_parts), np.concatenate(weight_parts), ceiling

@@ -4,7 +4,7 @@ stats."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,11 +23,13 @@ from ragloop.kb.stores.base import (
 )
 from ragloop.kb.stores.postgres import postings
 from ragloop.kb.stores.postgres.connection import PostgresDatabase, as_vector
+from ragloop.kb.stores.postgres.postings_cache import LexemePostings
 from ragloop.kb.stores.postgres.schema import (
     CHUNK_COLUMNS,
     FILTER_COLUMNS,
     FROM_CHUNKS,
     KEYWORD_QUERY,
+    QUERY_LEXEMES,
     TEXT_CONFIG,
 )
 from ragloop.kb.stores.rows import chunk_from_row
@@ -106,19 +108,16 @@ class PostgresReads(PostgresDatabase):
 
     def keyword_search(self, query: str, top_k: int, scope: Scope) -> list[Chunk]:
         """BM25 over the blocks of the query's lexemes (:mod:`.postings`): one row per
-        lexeme from PostgreSQL, the scores added up in numpy, then the best chunks' rows.
+        lexeme from PostgreSQL (none read for a lexeme this process holds already:
+        :mod:`.postings_cache`), the scores added up in numpy, then the best chunks' rows.
         Metadata filters are applied in SQL to the candidates in score order, a window at a
         time, so the top is exact however few chunks pass."""
         terms = query_words(query)
         if not terms or scope.empty or top_k < 1:
             return []
-        collections = None if scope.collections is None else list(scope.collections)
         with self._connection() as conn:
-            rows = conn.execute(
-                KEYWORD_QUERY, {"query": " ".join(terms), "collections": collections}
-            ).fetchall()
-            blocks = [row[2:] for row in rows if row[2] is not None]  # none: one empty row
-            pks, weights, ceiling = postings.score(blocks, float(rows[0][0]), float(rows[0][1]))
+            chunks, lexemes = self._query_postings(conn, " ".join(terms), scope.collections)
+            pks, weights, ceiling = postings.score(lexemes, chunks, scope.collections)
             held, scores = postings.totals(pks, weights)
             if scope.filters:
                 ranked = postings.in_score_order(held, scores)
@@ -132,6 +131,53 @@ class PostgresReads(PostgresDatabase):
             chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}
             out.append(chunk)
         return out
+
+    def _query_postings(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        words: str,
+        collections: Collection[str] | None,
+    ) -> tuple[float, list[tuple[int, LexemePostings | None]]]:
+        """The corpus size and, per query lexeme, its document frequency and postings in
+        scope (None: none), from the cache where it holds them, else read (and, for a query of
+        every collection, kept)."""
+        lexemes = self._query_lexemes(conn, words)
+        cache = self._postings_cache
+        held_for, held = (None, {}) if cache is None else cache.entries(lexemes)
+        params = {
+            "lexemes": lexemes,
+            "collections": None if collections is None else sorted(collections),
+            "held": list(held),
+        }
+        rows = conn.execute(KEYWORD_QUERY, params).fetchall()
+        chunks, average_length, writes = float(rows[0][0]), float(rows[0][1]), int(rows[0][2])
+        if held and writes != held_for:  # held for an earlier state: read them too
+            held = {}
+            rows = conn.execute(KEYWORD_QUERY, {**params, "held": []}).fetchall()
+            chunks, average_length, writes = float(rows[0][0]), float(rows[0][1]), int(rows[0][2])
+        found: list[tuple[int, LexemePostings | None]] = []
+        for lexeme, df, entries, segments, counts, names in (row[3:] for row in rows):
+            if lexeme is None:  # no lexeme of the query is in any chunk: one empty row
+                continue
+            if entries is None:
+                found.append((df, held.get(lexeme)))
+                continue
+            read = postings.lexeme_postings(bytes(entries), segments, counts, names, average_length)
+            if cache is not None and collections is None:  # every collection's blocks: kept
+                cache.put(lexeme, read, writes)
+            found.append((df, read))
+        return chunks, found
+
+    def _query_lexemes(self, conn: psycopg.Connection[tuple[Any, ...]], words: str) -> list[str]:
+        """The lexemes of the query's words (PostgreSQL's stemming), remembered per text."""
+        found = self._lexemes_of.get(words)
+        if found is None:
+            row = conn.execute(QUERY_LEXEMES, (words,)).fetchone()
+            found = list(row[0]) if row and row[0] else []
+            if len(self._lexemes_of) >= 4096:
+                self._lexemes_of.pop(next(iter(self._lexemes_of)))
+            self._lexemes_of[words] = found
+        return found
 
     @staticmethod
     def _chunks_by_pk(

@@ -168,6 +168,14 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX chunks_text_hash ON chunks (text_hash);
         """,
     ),
+    (
+        5,
+        # every write counted, so a process knows its cached postings are of this state
+        # (.postings_cache)
+        """
+        ALTER TABLE corpus_counters ADD COLUMN writes bigint NOT NULL DEFAULT 0;
+        """,
+    ),
 ]
 
 # Columns that filters may name directly; any other key is looked up in the chunk's metadata,
@@ -318,31 +326,38 @@ FLUSH_PENDING_TSVECTORS = """
     SELECT gin_clean_pending_list(i.oid) FROM pg_class i
     WHERE i.oid = 'chunks_tsv'::regclass AND pg_has_role(i.relowner, 'USAGE')
 """
+# The query's lexemes, as the chunks' tsvectors have them (Snowball stemming, stopwords dropped).
+QUERY_LEXEMES = f"SELECT tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s))"
 # The blocks of the query's lexemes: per lexeme its document frequency (over every collection,
-# as the corpus size and average length from the counters are: the index-only part) and the
-# blocks in scope, concatenated in order with their segments and counts (NULL when none is).
-# Parameters: the query text, the collections (NULL: all).
-_IN_SCOPE = (
-    "FILTER (WHERE %(collections)s::text[] IS NULL OR p.collection = ANY (%(collections)s::text[]))"
+# as the corpus size and average length from the counters are) and the blocks in scope,
+# concatenated in order with their segments, counts and collections, except for the lexemes
+# the process holds already (:mod:`.postings_cache`; NULL when none is read). Parameters: the
+# lexemes, the collections (NULL: all), the lexemes held.
+_READ = (
+    "FILTER (WHERE (%(collections)s::text[] IS NULL OR p.collection = ANY "
+    "(%(collections)s::text[])) AND p.lexeme <> ALL (%(held)s::text[]))"
 )
 KEYWORD_BLOCKS = f"""
-    SELECT sum(p.n),
-           string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment) {_IN_SCOPE},
-           array_agg(p.segment ORDER BY p.collection, p.segment) {_IN_SCOPE},
-           array_agg(p.n ORDER BY p.collection, p.segment) {_IN_SCOPE}
+    SELECT p.lexeme, sum(p.n),
+           string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment) {_READ},
+           array_agg(p.segment ORDER BY p.collection, p.segment) {_READ},
+           array_agg(p.n ORDER BY p.collection, p.segment) {_READ},
+           array_agg(p.collection ORDER BY p.collection, p.segment) {_READ}
     FROM postings_blocks p
-    WHERE p.lexeme = ANY (tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %(query)s)))
+    WHERE p.lexeme = ANY (%(lexemes)s::text[])
     GROUP BY p.lexeme
 """
+# The corpus size, its average length and its count of writes (:mod:`.postings_cache`).
 CORPUS_TOTALS = """
     SELECT greatest(coalesce(sum(chunks), 0), 1)::float8,
-           greatest(coalesce(sum(terms), 0)::float8 / greatest(coalesce(sum(chunks), 0), 1), 1)
+           greatest(coalesce(sum(terms), 0)::float8 / greatest(coalesce(sum(chunks), 0), 1), 1),
+           coalesce(sum(writes), 0)::int8
     FROM corpus_counters
 """
-# The corpus totals (chunks, average length) with the blocks: one round trip a query.
+# The corpus totals with the blocks: one round trip a query.
 KEYWORD_QUERY = f"""
-    WITH totals (chunks, average_length) AS ({CORPUS_TOTALS}),
-         blocks (df, entries, segments, counts) AS ({KEYWORD_BLOCKS})
+    WITH totals (chunks, average_length, writes) AS ({CORPUS_TOTALS}),
+         blocks (lexeme, df, entries, segments, counts, collections) AS ({KEYWORD_BLOCKS})
     SELECT totals.*, blocks.* FROM totals LEFT JOIN blocks ON true
 """
 

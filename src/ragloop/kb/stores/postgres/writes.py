@@ -86,7 +86,8 @@ class PostgresWrites(PostgresDatabase):
             self._insert_links(conn, links)
             if added[0]:
                 conn.execute(FLUSH_PENDING_TSVECTORS)
-            count_rows(conn, added[0] - removed[0], added[1] - removed[1])
+            if latest:  # links alone change no postings
+                count_rows(conn, added[0] - removed[0], added[1] - removed[1])
 
         self._write(work)
 
@@ -143,8 +144,9 @@ class PostgresWrites(PostgresDatabase):
             ids = [
                 row[0] for row in conn.execute(f"SELECT id FROM documents WHERE {where}", params)
             ]
-            chunks, terms = delete_documents(conn, ids)
-            count_rows(conn, -chunks, -terms)
+            if ids:
+                chunks, terms = delete_documents(conn, ids)
+                count_rows(conn, -chunks, -terms)
             return len(ids)
 
         return self._write(work)
@@ -374,13 +376,13 @@ def remove_postings(
 
 
 def count_rows(conn: psycopg.Connection[tuple[Any, ...]], chunks: int, terms: int) -> None:
-    """Add to the corpus counters, in the row of this connection's slot (so concurrent writers
-    rarely wait for each other; the statement comes last, so the row is held only to commit)."""
-    if not chunks and not terms:
-        return
+    """Add to the corpus counters, and one to the count of writes (which tells every process
+    its cached postings are of an earlier state), in the row of this connection's slot (so
+    concurrent writers rarely wait for each other; the statement comes last, so the row is held
+    only to commit)."""
     conn.execute(
-        "INSERT INTO corpus_counters VALUES (pg_backend_pid() %% %s, %s, %s) "
+        "INSERT INTO corpus_counters VALUES (pg_backend_pid() %% %s, %s, %s, 1) "
         "ON CONFLICT (slot) DO UPDATE SET chunks = corpus_counters.chunks + excluded.chunks, "
-        "terms = corpus_counters.terms + excluded.terms",
+        "terms = corpus_counters.terms + excluded.terms, writes = corpus_counters.writes + 1",
         (COUNTER_SLOTS, chunks, terms),
     )
