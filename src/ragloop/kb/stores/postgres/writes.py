@@ -109,6 +109,9 @@ class PostgresWrites(PostgresDatabase):
             ],
         ).fetchall()
         ids = {(collection, source): id_ for id_, collection, source in rows}
+        # the merge sorts a batch's postings (64 a chunk) by block: in memory, not in files
+        # (4 MB, the default, spilled to disk: the text phase of 30,000 chunks took 5% longer)
+        conn.execute("SET LOCAL work_mem = '64MB'")
         conn.execute(CREATE_STAGING)
         staged = ((ids[key], key[0], c) for key, (_, chunks) in documents.items() for c in chunks)
         with conn.cursor() as cursor, cursor.copy(COPY_STAGING) as copy:

@@ -310,11 +310,11 @@ class DenseSearch(SavedIndexes):
             graph = graph.copy()  # searches of the previous index may still read it
         else:
             graph = ApproximateIndex.latest(self.path, dimension)
-        missing = None if graph is None else graph.missing(pks)
-        if graph is None or missing is None or graph.stale(len(pks) - len(missing)):
-            graph = ApproximateIndex.build(pks, columns, on_progress)
-        else:
+        missing = graph.missing(pks) if graph is not None else None
+        if graph is not None and missing is not None and not graph.stale(len(pks) - len(missing)):
             graph.add(missing, pks, columns, on_progress)
+        else:
+            graph = ApproximateIndex.build(pks, columns, on_progress)
         if state is None or self.read_only or not graph.save(self.path, state):
             return graph
         # the saved copy, mapped (the built one is freed), as the indexes' saved copies are
