@@ -94,14 +94,18 @@ def score(
     lexemes: Iterable[tuple[int, LexemePostings | None]],
     chunks: float,
     collections: Collection[str] | None,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], float]:
-    """BM25 of every chunk in scope holding a query lexeme: (pks, raw scores) in no order, and
-    the highest score the query could reach (every lexeme at saturation), which normalises.
+) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.float32], float]:
+    """BM25 of every chunk in scope holding a query lexeme: (pks, weights) of its postings,
+    to be added up by :func:`totals`, and the highest score the query could reach (every
+    lexeme at saturation), which normalises.
 
-    ``lexemes``: per query lexeme, its document frequency over the whole corpus and its
-    postings (None when it has none in scope)."""
-    pk_parts: list[npt.NDArray[np.int64]] = []
-    weight_parts: list[npt.NDArray[np.float64]] = []
+    ``lexemes``: per query lexeme, in the query's order (the order the weights are added up
+    in, so a score does not depend on where the postings came from), its document frequency
+    over the whole corpus and its postings (None when it has none in scope). The arrays stay
+    as compact as the cache holds them (uint32 pks, float32 weights): at 1,000,000 chunks a
+    question adds up 415,000 postings."""
+    pk_parts: list[npt.NDArray[np.integer]] = []
+    weight_parts: list[npt.NDArray[np.float32]] = []
     ceiling = 0.0
     for document_frequency, postings in lexemes:
         weight = idf(int(document_frequency), chunks)
@@ -109,24 +113,24 @@ def score(
         if postings is None:
             continue
         pks, weights = postings.in_scope(collections)
-        pk_parts.append(pks.astype(np.int64))
-        weight_parts.append(weights.astype(np.float64) * weight)
+        pk_parts.append(pks)
+        weight_parts.append(weights * np.float32(weight))
     if not pk_parts:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64), ceiling
+        return np.zeros(0, np.int64), np.zeros(0, np.float32), ceiling
     return np.concatenate(pk_parts), np.concatenate(weight_parts), ceiling
 
 
 def totals(
-    pks: npt.NDArray[np.int64], weights: npt.NDArray[np.float64]
+    pks: npt.NDArray[np.integer], weights: npt.NDArray[np.floating]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
     """Each chunk's summed score: (distinct pks ascending, their scores). A chunk-pk-sized
     accumulator, not a sort: adding 300,000 postings this way takes a millisecond."""
     if not len(pks):
-        return pks, weights
+        return np.zeros(0, np.int64), np.zeros(0, np.float64)
     first = int(pks.min())
-    summed = np.bincount(pks - first, weights=weights)
+    summed = np.asarray(np.bincount(pks - pks.dtype.type(first), weights=weights), np.float64)
     held = np.flatnonzero(summed > 0).astype(np.int64)
-    return held + first, summed[held].astype(np.float64)
+    return held + first, summed[held]
 
 
 def best(

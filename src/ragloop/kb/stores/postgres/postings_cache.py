@@ -38,6 +38,9 @@ class LexemePostings:
     collections: tuple[str, ...]
     starts: npt.NDArray[np.int64]
 
+    def __len__(self) -> int:
+        return len(self.pks)
+
     @property
     def nbytes(self) -> int:
         return int(self.pks.nbytes + self.weights.nbytes + self.starts.nbytes)

@@ -138,9 +138,9 @@ class PostgresReads(PostgresDatabase):
         words: str,
         collections: Collection[str] | None,
     ) -> tuple[float, list[tuple[int, LexemePostings | None]]]:
-        """The corpus size and, per query lexeme, its document frequency and postings in
-        scope (None: none), from the cache where it holds them, else read (and, for a query of
-        every collection, kept)."""
+        """The corpus size and, per query lexeme in the query's order, its document frequency
+        and postings in scope (None: none), from the cache where it holds them, else read
+        (and, for a query of every collection, kept)."""
         lexemes = self._query_lexemes(conn, words)
         cache = self._postings_cache
         held_for, held = (None, {}) if cache is None else cache.entries(lexemes)
@@ -155,18 +155,21 @@ class PostgresReads(PostgresDatabase):
             held = {}
             rows = conn.execute(KEYWORD_QUERY, {**params, "held": []}).fetchall()
             chunks, average_length, writes = float(rows[0][0]), float(rows[0][1]), int(rows[0][2])
-        found: list[tuple[int, LexemePostings | None]] = []
+        # a lexeme held has every collection's postings: its document frequency is their count
+        found: dict[str, tuple[int, LexemePostings | None]] = {
+            lexeme: (len(held_postings), held_postings) for lexeme, held_postings in held.items()
+        }
         for lexeme, df, entries, segments, counts, names in (row[3:] for row in rows):
-            if lexeme is None:  # no lexeme of the query is in any chunk: one empty row
+            if lexeme is None:  # no other lexeme of the query is in any chunk: one empty row
                 continue
-            if entries is None:
-                found.append((df, held.get(lexeme)))
+            if entries is None:  # none in scope
+                found[lexeme] = (df, None)
                 continue
             read = postings.lexeme_postings(bytes(entries), segments, counts, names, average_length)
             if cache is not None and collections is None:  # every collection's blocks: kept
                 cache.put(lexeme, read, writes)
-            found.append((df, read))
-        return chunks, found
+            found[lexeme] = (df, read)
+        return chunks, [found[lexeme] for lexeme in lexemes if lexeme in found]
 
     def _query_lexemes(self, conn: psycopg.Connection[tuple[Any, ...]], words: str) -> list[str]:
         """The lexemes of the query's words (PostgreSQL's stemming), remembered per text."""

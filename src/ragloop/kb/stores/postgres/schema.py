@@ -328,23 +328,22 @@ FLUSH_PENDING_TSVECTORS = """
 """
 # The query's lexemes, as the chunks' tsvectors have them (Snowball stemming, stopwords dropped).
 QUERY_LEXEMES = f"SELECT tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s))"
-# The blocks of the query's lexemes: per lexeme its document frequency (over every collection,
-# as the corpus size and average length from the counters are) and the blocks in scope,
-# concatenated in order with their segments, counts and collections, except for the lexemes
-# the process holds already (:mod:`.postings_cache`; NULL when none is read). Parameters: the
-# lexemes, the collections (NULL: all), the lexemes held.
-_READ = (
-    "FILTER (WHERE (%(collections)s::text[] IS NULL OR p.collection = ANY "
-    "(%(collections)s::text[])) AND p.lexeme <> ALL (%(held)s::text[]))"
+# The blocks of the query's lexemes but those the process holds already (.postings_cache): per
+# lexeme its document frequency (over every collection, as the corpus size and average length
+# from the counters are) and the blocks in scope, concatenated in order with their segments,
+# counts and collections (NULL when none is in scope). Parameters: the lexemes, the lexemes
+# held, the collections (NULL: all).
+_IN_SCOPE = (
+    "FILTER (WHERE %(collections)s::text[] IS NULL OR p.collection = ANY (%(collections)s::text[]))"
 )
 KEYWORD_BLOCKS = f"""
     SELECT p.lexeme, sum(p.n),
-           string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment) {_READ},
-           array_agg(p.segment ORDER BY p.collection, p.segment) {_READ},
-           array_agg(p.n ORDER BY p.collection, p.segment) {_READ},
-           array_agg(p.collection ORDER BY p.collection, p.segment) {_READ}
+           string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment) {_IN_SCOPE},
+           array_agg(p.segment ORDER BY p.collection, p.segment) {_IN_SCOPE},
+           array_agg(p.n ORDER BY p.collection, p.segment) {_IN_SCOPE},
+           array_agg(p.collection ORDER BY p.collection, p.segment) {_IN_SCOPE}
     FROM postings_blocks p
-    WHERE p.lexeme = ANY (%(lexemes)s::text[])
+    WHERE p.lexeme = ANY (%(lexemes)s::text[]) AND p.lexeme <> ALL (%(held)s::text[])
     GROUP BY p.lexeme
 """
 # The corpus size, its average length and its count of writes (:mod:`.postings_cache`).
