@@ -213,3 +213,50 @@ def test_with_a_model_the_agent_engine_lets_it_drive(kb_env):
     assert "The Ridgeline 2 weighs 1.4 kg." in result.stdout
     assert "stopped: answered" in result.stdout
     assert [m["role"] for m in server.received[1].body["messages"]][-1] == "tool"
+
+
+HALF = "How long do I have to return an item, and how much does a helicopter rescue cost?"
+
+
+def test_an_unsure_answer_shows_what_was_found_and_what_was_not(demo_env):
+    result = ragloop("ask", "--demo", HALF, env=demo_env)
+    assert result.returncode == 0, result.stderr
+    out = " ".join(result.stdout.split())
+    assert "Not confident: best attempt" in out
+    assert "found How long do I have to return an item in policies/returns.md" in out
+    assert "not found how much does a helicopter rescue cost" in out
+    assert "chance right" in out
+    assert "(target 0.50)" in out
+    assert "searched" in out
+    data = json.loads(ragloop("ask", "--demo", HALF, "--json", env=demo_env).stdout)
+    assert [p["found"] for p in data["gaps"]["parts"]] == [True, False]
+    assert data["target_precision"] == 0.5
+    shown = ragloop("traces", "show", "--demo", data["run_id"][:12], env=demo_env)
+    assert "not found how much does a helicopter" in " ".join(shown.stdout.split())
+
+
+def test_a_target_precision_from_the_flag_the_config_or_a_calibration(demo_env, tmp_path):
+    question = "How much does the Skylark 2 weigh?"
+
+    def asked(*flags, env=None):
+        out = ragloop("ask", "--demo", question, "--json", *flags, env={**demo_env, **(env or {})})
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    assert asked()["stop_reason"] == "converged"
+    strict = asked("--target-precision", "0.99")
+    assert strict["stop_reason"] == "max_iterations"
+    assert strict["target_precision"] == 0.99
+    configured = asked(env={"RAGLOOP_ENGINE__TARGET_PRECISION": "0.99"})
+    assert configured["target_precision"] == 0.99
+    # a calibration that reads every score as right half the time never reaches 0.6
+    flat = tmp_path / "flat.json"
+    flat.write_text('{"method": "isotonic", "thresholds": [0.0], "values": [0.5]}')
+    calibrated = asked("--target-precision", "0.6", "--calibration", str(flat))
+    assert calibrated["stop_reason"] == "max_iterations"
+    assert calibrated["probability"] == 0.5
+    both = ragloop(
+        "ask", "--demo", question, "--threshold", "0.5", "--target-precision", "0.5", env=demo_env
+    )
+    assert both.returncode == 2
+    assert "give one" in both.stderr

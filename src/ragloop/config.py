@@ -94,19 +94,28 @@ class KBSettings(_Section):
 
 class EngineSettings(_Section):
     """``[engine]``: which loop answers by default and its settings (unset: the engine's own
-    defaults)."""
+    defaults). ``target_precision``: answer confidently only when the calibrated chance that the
+    answer is right reaches it (it replaces ``confidence_threshold``); ``calibration``: the file
+    ``ragloop eval --calibrate`` wrote (relative to the working folder)."""
 
     default: Literal["rag", "agent", "retrieval"] = "rag"
     max_iterations: int | None = Field(default=None, ge=1, le=50)
     top_k: int | None = Field(default=None, ge=1, le=100)
     confidence_threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    target_precision: float | None = Field(default=None, ge=0.0, le=1.0)
+    calibration: str | None = None
 
     def settings(self, engine: str) -> dict[str, Any]:
         """The keyword options an engine of ``engine``'s kind is built with."""
-        chosen: dict[str, Any] = {"max_iterations": self.max_iterations}
+        chosen: dict[str, Any] = {
+            "max_iterations": self.max_iterations,
+            "target_precision": self.target_precision,
+            "calibration": self.calibration,
+        }
         if engine in ("rag", "retrieval"):
             chosen["top_k"] = self.top_k
-            chosen["confidence_threshold"] = self.confidence_threshold
+            if self.target_precision is None:  # a target precision replaces the threshold
+                chosen["confidence_threshold"] = self.confidence_threshold
         return {k: v for k, v in chosen.items() if v is not None}
 
 

@@ -14,7 +14,7 @@ from typing import Any, Unpack
 
 from ragloop.core.protocols import ChatModel
 from ragloop.engines.agent import AgentLoop
-from ragloop.engines.defaults.rag import OFFLINE_CONFIDENCE, rag_parts
+from ragloop.engines.defaults.rag import OFFLINE_CONFIDENCE, OFFLINE_TARGET_PRECISION, rag_parts
 from ragloop.engines.defaults.retrieval import OFFLINE_DEFAULTS
 from ragloop.engines.loop_search import LinkedSearch, RetrievalLoopRetriever
 from ragloop.engines.options import AgentLoopOptions, RAGLoopOptions, RetrievalLoopOptions
@@ -26,6 +26,7 @@ __all__ = [
     "ENGINES",
     "OFFLINE_CONFIDENCE",
     "OFFLINE_DEFAULTS",
+    "OFFLINE_TARGET_PRECISION",
     "LinkedSearch",
     "RetrievalLoopRetriever",
     "agent_loop",

@@ -174,3 +174,15 @@ async def test_a_failing_model_is_a_tool_error_with_the_reason(kb_path, tmp_path
     assert failed.is_error
     assert "the model failed: could not reach http://127.0.0.1" in failed.content[0].text
     assert "(502)" in failed.content[0].text
+
+
+async def test_an_unsure_answer_says_what_was_found_and_what_was_not(kb_path, tmp_path):
+    question = "How much does the Skylark 2 weigh, and what does a helicopter rescue cost?"
+    async with connect(kb_path, tmp_path) as session:
+        answered = await session.call_tool("ask", {"question": question, "collection": "public"})
+        assert not answered.is_error, answered.content
+        result = answered.structured_content
+        assert result["confident"] is False
+        assert [p["found"] for p in result["gaps"]["parts"]] == [True, False]
+        # a chat client reads the text: its last line says it
+        assert "not found: 'what does a helicopter rescue cost'" in result["answer"]

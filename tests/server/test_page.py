@@ -120,3 +120,22 @@ def test_with_keys_the_page_asks_for_one_and_the_key_limits_what_it_sees(
         assert any(o.startswith("public") for o in options)
         assert not any(o.startswith("secret") for o in options)
         browser.execute_script("localStorage.clear()")
+
+
+def test_an_unsure_answer_shows_what_was_found_and_what_was_not(browser, kb_file, tmp_path):
+    with serving(kb_file, Settings(), tmp_path) as (url, _):
+        ask(browser, url, "How much does the Skylark 2 weigh, and what does a helicopter cost?")
+        gaps = wait(browser).until(ready.visibility_of_element_located((By.ID, "gaps")))
+        parts = [li.text for li in gaps.find_elements(By.CSS_SELECTOR, "#gap-parts li")]
+        assert parts[0].startswith("found How much does the Skylark 2 weigh")
+        assert "skylark.md" in parts[0]
+        assert parts[1].startswith("not found what does a helicopter cost")
+        assert (
+            "Searched: How much does the Skylark 2 weigh"
+            in browser.find_element(By.ID, "gap-searches").text
+        )
+        assert browser.find_elements(By.CSS_SELECTOR, "#gap-nearest li")
+        assert "chance right" in browser.find_element(By.ID, "stop-line").text
+        ask(browser, url, "How much does the Skylark 2 weigh?")  # confident: no report
+        wait(browser).until(ready.text_to_be_present_in_element((By.ID, "answer-text"), "2.1"))
+        assert not browser.find_element(By.ID, "gaps").is_displayed()

@@ -92,6 +92,24 @@ def test_serve_answers_on_loopback_with_its_page_and_api(kb_file, tmp_path):
         trace = httpx.get(f"{url}{answer['trace_url']}").json()
         assert trace["meta"]["key"] == "local"
         assert httpx.get(f"{url}/docs").status_code == 200
+        assert answer["confident"] is True
+        assert answer["gaps"] is None
+
+
+def test_serve_takes_a_target_precision_and_a_request_may_ask_for_its_own(kb_file, tmp_path):
+    config = tmp_path / "ragloop.toml"
+    config.write_text(f'[server]\ntraces = "{tmp_path / "traces.sqlite"}"\n', encoding="utf-8")
+    question = "How much does the Skylark 2 weigh?"
+    with ragloop_serve("--kb", str(kb_file), "--target-precision", "0.99", config=config) as url:
+        strict = httpx.post(f"{url}/v1/ask", json={"question": question}, timeout=120).json()
+        assert strict["target_precision"] == 0.99
+        assert strict["confident"] is False
+        assert strict["gaps"]["parts"][0]["source"] == "skylark.md"
+        eased = httpx.post(
+            f"{url}/v1/ask", json={"question": question, "target_precision": 0.5}, timeout=120
+        ).json()
+        assert eased["target_precision"] == 0.5
+        assert eased["confident"] is True
 
 
 def test_a_server_bound_beyond_loopback_without_keys_warns():

@@ -132,6 +132,21 @@ def run_one(
     help="Evaluation score that ends the rag loop (default 0.8).",
 )
 @click.option(
+    "--target-precision",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    help="Stand by an answer only when its calibrated chance of being right reaches this "
+    "(offline default 0.5; replaces --threshold); otherwise show the best attempt, not "
+    "confident, with what was and was not found.",
+)
+@click.option(
+    "--calibration",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="What the evaluator's score means: a file `ragloop eval --calibrate` wrote "
+    "(default: [engine] calibration of the config, else the score itself).",
+)
+@click.option(
     "--top-k",
     type=click.IntRange(1, 100),
     default=None,
@@ -153,6 +168,8 @@ def ask(
     model_spec: str | None,
     max_iterations: int | None,
     threshold: float | None,
+    target_precision: float | None,
+    calibration: Path | None,
     top_k: int | None,
     as_json: bool,
     trace_out: Path | None,
@@ -173,13 +190,24 @@ def ask(
     engine = engine or configured.engine.default
     model_options = configured.model.options() if model_spec is None else {}
     model_spec = model_spec if model_spec is not None else configured.model.spec
-    given: dict[str, Any] = {"max_iterations": max_iterations, "confidence_threshold": threshold}
+    if threshold is not None and target_precision is not None:
+        raise click.UsageError("--threshold and --target-precision both say when to stop; give one")
+    given: dict[str, Any] = {
+        "max_iterations": max_iterations,
+        "target_precision": target_precision,
+        "calibration": None if calibration is None else str(calibration),
+    }
     if engine in ("rag", "retrieval"):
         given["top_k"] = top_k
+        given["confidence_threshold"] = threshold
     settings = {
         **configured.engine.settings(engine),
         **{k: v for k, v in given.items() if v is not None},
     }
+    if threshold is not None:  # the threshold asked for replaces the config's target
+        settings.pop("target_precision", None)
+    elif target_precision is not None:
+        settings.pop("confidence_threshold", None)
     questions = [question] if question is not None else [q.text for q in DEMO_QUESTIONS]
     kb = open_demo() if demo else open_kb(kb_location, create=False)
     location = str(demo_kb_path()) if demo else kb_location
@@ -255,7 +283,9 @@ def ask_one(
             stop, detail = summary.stop_reason, summary.detail
         else:
             stop, detail = result.stop_reason.value, f"after {result.iterations} iteration(s)"
-        console.print(render_answer(result.answer, stop, detail))
+        console.print(
+            render_answer(result.answer, stop, detail, gaps=result.gaps, confident=result.confident)
+        )
         if trace_id:
             where = " --demo" if demo else ""
             console.print(

@@ -15,6 +15,7 @@ from rich.text import Text
 from ragloop.cli.common import shown_path
 from ragloop.cli.tables import cell, printable, shorten
 from ragloop.core.records import StopReason
+from ragloop.core.records.gaps import EvidenceGaps
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.traces import TraceRecord, TraceStep, summarize, trace_steps
 
@@ -107,19 +108,64 @@ def answer_title(stop_reason: str) -> tuple[str, str]:
     return "Not confident: best attempt", "yellow"
 
 
-def render_answer(answer: str | None, stop_reason: str, detail: str) -> RenderableType:
+def render_answer(
+    answer: str | None,
+    stop_reason: str,
+    detail: str,
+    *,
+    gaps: EvidenceGaps | None = None,
+    confident: bool | None = None,
+) -> RenderableType:
     """The answer in a panel whose title and colour say how far to trust it
-    (:func:`answer_title`)."""
+    (:func:`answer_title`; ``confident=False`` marks an answer below its target precision),
+    with the evidence gaps of an answer that is not confident (:func:`render_gaps`)."""
     title, colour = answer_title(stop_reason)
+    if confident is False and colour == "green":
+        title, colour = "Not confident: below the target precision", "yellow"
     body = Text(printable(answer or "(no answer)"))
     footer = Text.assemble(
         ("stopped: ", "dim"),
         (printable(stop_reason), stop_style(stop_reason)),
         (f"  {printable(detail)}", "dim"),
     )
-    return Panel(
-        Group(body, Text(""), footer), title=title, title_align="left", border_style=colour
-    )
+    if gaps is not None and gaps.probability is not None:
+        target = "" if gaps.target is None else f" (target {gaps.target:.2f})"
+        footer.append(f"  chance right {gaps.probability:.2f}{target}", "dim")
+    parts: list[RenderableType] = [body, Text("")]
+    if gaps is not None:
+        parts += [render_gaps(gaps), Text("")]
+    return Panel(Group(*parts, footer), title=title, title_align="left", border_style=colour)
+
+
+def render_gaps(gaps: EvidenceGaps) -> Text:
+    """What was found and what was not: each part of the question with the source that covers
+    it, the words no document has, the nearest misses and the searches tried."""
+    text = Text()
+    for part in gaps.parts:
+        if part.found:
+            text.append("found      ", "green")
+            text.append(printable(part.part.rstrip("?")))
+            text.append(f"  in {printable(part.source or '')}\n", "dim")
+        else:
+            text.append("not found  ", "red")
+            text.append(printable(part.part.rstrip("?")) + "\n")
+    if gaps.missing_terms:
+        terms = ", ".join(printable(t) for t in gaps.missing_terms[:6])
+        text.append("no chunk mentions  ", "dim")
+        text.append(terms + "\n")
+    for miss in gaps.nearest:
+        text.append(f"closest {miss.score:.2f}  ", "dim")
+        text.append(printable(miss.source), "cyan")
+        text.append(f"  {_clip(miss.text, 90)}\n", "dim")
+    if gaps.searches:
+        text.append("searched  ", "dim")
+        text.append(" · ".join(_clip(q, 60) for q in gaps.searches))
+    return text
+
+
+def _clip(text: str, limit: int) -> str:
+    flat = " ".join(printable(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
 class LiveSteps:
@@ -189,7 +235,7 @@ def print_trace(console: Console, record: TraceRecord) -> None:
     detail = summary.detail
     if record.duration_ms is not None:
         detail += f" in {record.duration_ms / 1000:.1f} s"
-    console.print(render_answer(record.answer, summary.stop_reason, detail))
+    console.print(render_answer(record.answer, summary.stop_reason, detail, gaps=record.gaps))
 
 
 def print_step(console: Console, step: TraceStep, engine: str) -> None:

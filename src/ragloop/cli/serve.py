@@ -200,6 +200,13 @@ def shown_url(sock: socket.socket, path: str = "/") -> str:
     default=None,
     help="Processes serving the port (default: [server] workers, 1).",
 )
+@click.option(
+    "--target-precision",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    help="Stand by an answer only at this calibrated chance of being right (default: "
+    "[engine] target_precision, else the engine's own; a request's target_precision wins).",
+)
 def serve(
     kb_location: str | None,
     demo: bool,
@@ -207,6 +214,7 @@ def serve(
     port: int | None,
     no_mcp: bool,
     workers: int | None,
+    target_precision: float | None,
 ) -> None:
     """Serve the HTTP API, its web page and MCP (needs ragloop[server]).
 
@@ -228,6 +236,9 @@ def serve(
         }
     )
     configured = configured.model_copy(update={"server": server})
+    if target_precision is not None:
+        engine = configured.engine.model_copy(update={"target_precision": target_precision})
+        configured = configured.model_copy(update={"engine": engine})
     location = kb_location or configured.kb.location
     if location != configured.kb.location:
         configured = configured.model_copy(

@@ -26,6 +26,7 @@ from ragloop.core.jsonparse import LenientBool, ParseFailure, UnitScore, parse_l
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Chunk
+from ragloop.core.records.gaps import QUOTE_CHARS, EvidenceGaps, GapPart
 from ragloop.core.records.rag import EvaluationResult
 
 UNPARSEABLE_PREFIX = "Evaluator returned unparseable response"
@@ -113,6 +114,7 @@ class LLMEvaluator:
 # -- the heuristic evaluator --------------------------------------------------------------------
 
 _ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")
+_PASSAGE_LEAD = re.compile(r"^.*?closest passage[^:]*:\s*", re.I)
 _CONCEPTUAL = re.compile(r"^\s*(?:how (?:does|do|did|can)\b|explain|describe|what makes)\b", re.I)
 
 
@@ -129,7 +131,7 @@ class HeuristicEvaluator:
       (coverage of the question's terms and names, embedding similarity, the kind of answer
       asked for, words the documents never use, parts, grounding), calibrated on HotpotQA and
       MuSiQue (:func:`~ragloop.components.heuristics.judging.answer_probability`): the offline loops
-      converge at 0.5 (``ragloop.offline.OFFLINE_CONFIDENCE``), where the judge finds the
+      converge at 0.5 (``ragloop.offline.OFFLINE_TARGET_PRECISION``), where the judge finds the
       answer more likely right than wrong;
     - **grounded**: every answer sentence is supported by the chunks, lexically
       (:class:`~ragloop.LexicalGrounder`) or, with an embedder, by a chunk sentence whose
@@ -184,6 +186,37 @@ class HeuristicEvaluator:
             reason=self.reason(asked, found),
         )
         return verdict, found
+
+    def evidence_gaps(self, query: str, chunks: list[Chunk], answer: str) -> EvidenceGaps:
+        """Which parts of the question the answer's evidence covers (each with the chunk and
+        the sentence that cover it) and which it does not, and the question's words no chunk
+        contains (nothing in them standing for the word either). A question of one part is
+        found when the answer is complete (every term, the kind of answer asked for, no
+        second hop left)."""
+        asked = profile(query)
+        found = self.analyst.analyse(asked, chunks, answer) if chunks else Analysis()
+        parts = asked.parts if asked.is_multi_part else [query]
+        gaps = []
+        for index, part in enumerate(parts):
+            covered = found.part_sources.get(index)
+            if not asked.is_multi_part and not found.complete:
+                covered = None
+            if covered is None:
+                gaps.append(GapPart(part=part, found=False))
+                continue
+            claim, chunk = covered
+            claim = _PASSAGE_LEAD.sub("", claim)  # a give-up's "The closest passage (...): "
+            gaps.append(
+                GapPart(
+                    part=part,
+                    found=True,
+                    chunk_id=chunk.id,
+                    source=chunk.source,
+                    quote=claim[:QUOTE_CHARS],
+                )
+            )
+        missing = found.unresolved if chunks else list(asked.terms)
+        return EvidenceGaps(parts=gaps, missing_terms=missing)
 
     # -- the reason -----------------------------------------------------------------------------
     def reason(self, asked: QuestionProfile, found: Analysis) -> str:

@@ -39,3 +39,11 @@ def use_wal(conn: sqlite3.Connection, timeout_s: float) -> None:
             if "locked" not in str(error) or time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a crash midway leaves the old file."""
+    target = Path(path)
+    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, target)

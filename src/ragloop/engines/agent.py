@@ -31,16 +31,18 @@ after a controller error a fallback synthesis by a *different* model (answerer o
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Unpack
 
+from ragloop.components.calibration import Calibration
 from ragloop.components.llm.prompts import agent_system_prompt
 from ragloop.core.budget import Budget, check_budget
-from ragloop.core.calls import ChatFn, call, is_chat_model
+from ragloop.core.calls import ChatFn, call, has_method, is_chat_model
 from ragloop.core.errors import ConfigError
 from ragloop.core.limits import check_max_tokens
-from ragloop.core.protocols import ChatModel, Retriever
+from ragloop.core.protocols import ChatModel, Evaluator, Retriever
 from ragloop.core.records import Tool
 from ragloop.core.records.agent import AgentResult
 from ragloop.engines._run import Engine
@@ -51,7 +53,9 @@ from ragloop.engines.options import (
     SearchFn,
     Synthesizer,
     SystemPromptFn,
+    calibration_of,
     check_count,
+    check_target_precision,
 )
 from ragloop.engines.tools import CollectionScope, SearchBackend, builtin_tools, tool_set
 from ragloop.observability.run import RunTelemetry
@@ -137,7 +141,11 @@ class AgentLoop(Engine[AgentResult, None]):
     (:meth:`default_system_prompt` is the default one). ``max_tokens`` bounds each model reply:
     an integer for every call, or a mapping such as ``{"controller": 256, "answerer": 1024}``
     (roles left out, and None, take ``DEFAULT_MAX_TOKENS``); it is not the run's budget
-    (``budget=Budget(max_tokens=...)``).
+    (``budget=Budget(max_tokens=...)``). ``evaluator`` judges the final answer: the result's
+    ``probability`` is its score read through ``calibration`` (a
+    :class:`~ragloop.components.calibration.Calibration` or the path of one; None: the score
+    itself), and an answer below ``target_precision`` is not :attr:`AgentResult.confident`. A run
+    that is not confident carries its evidence gaps (``result.gaps``).
     """
 
     def __init__(
@@ -157,8 +165,16 @@ class AgentLoop(Engine[AgentResult, None]):
         max_tool_calls_per_turn: int = 8,
         search_opts: Mapping[str, Any] | None = None,
         max_tokens: int | Mapping[str, int | None] | None = None,
+        evaluator: Evaluator | None = None,
+        target_precision: float | None = None,
+        calibration: Calibration | str | os.PathLike[str] | None = None,
     ) -> None:
         self.controller = _chat(controller, "controller")
+        if evaluator is not None and not has_method(evaluator, "evaluate"):
+            raise ConfigError("evaluator", "must have evaluate(query, chunks, answer), or be None")
+        self.evaluator = evaluator
+        self.target_precision = check_target_precision(target_precision)
+        self.calibration = calibration_of(calibration)
         self.reply_bounds = _reply_bounds(max_tokens)
         self.answerer = None if answerer is None else _chat(answerer, "answerer")
         self.max_iterations = check_count(max_iterations, "max_iterations")
@@ -275,4 +291,5 @@ class AgentLoop(Engine[AgentResult, None]):
             "tool_count": len(self.tools),
             "chunk_cap": self.chunk_cap,
             "collections": self.collections,
+            "target_precision": self.target_precision,
         }

@@ -10,16 +10,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ragloop.components.calibration import IDENTITY, Calibration
 from ragloop.components.citations import citation_refs
 from ragloop.components.llm.fitting import complete_fitted
 from ragloop.components.llm.prompts import agent_answer_prompt, agent_synthesis_prompt
 from ragloop.core.budget import Budget, BudgetTracker
-from ragloop.core.calls import ChatFn, call
+from ragloop.core.calls import ChatFn, call, method
 from ragloop.core.errors import BudgetExceeded, ComponentError
-from ragloop.core.protocols import ChatModel
+from ragloop.core.protocols import ChatModel, Evaluator
 from ragloop.core.records import Chunk, Message, ModelResponse, StopReason, Tool, ToolCall
 from ragloop.core.records.agent import AgentResult, ToolHistoryEntry
+from ragloop.core.records.gaps import EvidenceGaps
+from ragloop.core.records.rag import EvaluationResult
 from ragloop.engines._run import finish
+from ragloop.engines.gaps import evidence_gaps
 from ragloop.engines.options import Synthesizer
 from ragloop.engines.tools import (
     ANSWER,
@@ -54,6 +58,9 @@ class AgentSetup(Protocol):
     chunk_cap: int
     fallback_synthesis: bool
     reply_bounds: dict[str, int | None]
+    evaluator: Evaluator | None
+    target_precision: float | None
+    calibration: Calibration | None
 
 
 @dataclass
@@ -114,6 +121,13 @@ class AgentRun:
                 attributes={"citations": citations, "final": True},
                 content={"text": self.answer},
             )
+        judged = sorted(self.shown.values(), key=lambda c: self.rank.get(c.id, (len(self.rank), 0)))
+        judged = judged or chunks  # what the controller read, best first
+        try:
+            verdict = await self._judge(judged)
+        except Exception as error:  # the run never raises; its answer stands, unjudged
+            logger.warning("ragloop: the agent's evaluator failed on the answer: %s", error)
+            verdict = None
         result = AgentResult(
             query=self.question,
             answer=self.answer,
@@ -127,13 +141,56 @@ class AgentRun:
             budget_used=self.tracker.spend,
             usage=self.tracker.usage,
             run_id=self.telemetry.run_id,
+            probability=(
+                None
+                if verdict is None
+                else (self.loop.calibration or IDENTITY).probability(verdict.score)
+            ),
+            target_precision=self.loop.target_precision,
         )
+        if not result.confident or (verdict is not None and not verdict.is_complete):
+            result.gaps = await self._gaps(result, judged, verdict)
+        gaps = result.gaps.model_dump() if result.gaps else None
         return finish(
             self.telemetry,
             result,
             chunk_count=len(chunks),
-            attributes={"citations": citations},
-            content={"answer": self.answer},
+            attributes={"citations": citations, "probability": result.probability},
+            content={"answer": self.answer, "gaps": gaps},
+        )
+
+    async def _judge(self, chunks: list[Chunk]) -> EvaluationResult | None:
+        """The loop's evaluator's verdict of the answer (None without an evaluator or answer)."""
+        if self.loop.evaluator is None or not self.answer or not chunks:
+            return None
+        evaluate = method(self.loop.evaluator, "evaluate", "evaluator")
+        verdict = await call(evaluate, self.question, chunks, self.answer)
+        if not isinstance(verdict, EvaluationResult):
+            raise ComponentError(
+                f"evaluator returned {type(verdict).__name__}; expected ragloop.EvaluationResult"
+            )
+        return verdict
+
+    async def _gaps(
+        self, result: AgentResult, judged: list[Chunk], verdict: EvaluationResult | None
+    ) -> EvidenceGaps:
+        """The evidence gaps of a run that is not confident: every search with what it
+        returned, judged against the chunks the controller read."""
+        known = {**self.found, **self.shown}
+        searches = [
+            (entry.query, [known[i] for i in entry.returned_chunk_ids if i in known])
+            for entry in self.history
+            if entry.query is not None
+        ]
+        return await evidence_gaps(
+            self.loop.evaluator,
+            self.question,
+            self.answer or "",
+            judged,
+            searches,
+            verdict=verdict,
+            probability=result.probability,
+            target=result.target_precision,
         )
 
     # -- turns ----------------------------------------------------------------------------------

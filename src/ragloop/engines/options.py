@@ -8,10 +8,12 @@ of each engine's ``offline`` constructor (:class:`RAGLoopOptions`, :class:`Agent
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
+from ragloop.components.calibration import IDENTITY, Calibration
 from ragloop.core.budget import Budget, check_budget
 from ragloop.core.calls import ChatFn, GenerateFn
 from ragloop.core.errors import ConfigError
@@ -63,6 +65,13 @@ class LoopConfig:
     - ``stop_on_repeat``: end with ``StopReason.NO_IMPROVEMENT`` instead of re-running an
       iteration whose queries were all tried and whose chunks an earlier iteration already had.
     - ``max_sub_queries``: a reformulation's queries beyond this many are dropped.
+    - ``target_precision``: when set, the run converges only when the calibrated chance that
+      the answer is right (``calibration.probability(score)``) reaches it, and
+      ``confidence_threshold`` is not used; otherwise it returns its best attempt, not
+      confident, with the evidence gaps (``LoopResult.gaps``).
+    - ``calibration``: what the evaluator's score means (a
+      :class:`~ragloop.components.calibration.Calibration`, or the path of one written by
+      ``ragloop eval --calibrate``); None takes the score as the chance.
     """
 
     max_iterations: int = 3
@@ -73,6 +82,8 @@ class LoopConfig:
     on_error: Literal["raise", "stop"] = "raise"
     stop_on_repeat: bool = False
     max_sub_queries: int = 5
+    target_precision: float | None = None
+    calibration: Calibration | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_iterations", "top_k", "max_sub_queries"):
@@ -82,6 +93,8 @@ class LoopConfig:
             raise ConfigError(
                 "confidence_threshold", f"must be a number in [0.0, 1.0], got {threshold!r}"
             )
+        self.target_precision = check_target_precision(self.target_precision)
+        self.calibration = calibration_of(self.calibration)
         if self.on_iteration is not None and not callable(self.on_iteration):
             raise ConfigError("on_iteration", "must be callable or None")
         if isinstance(self.budget, dict):
@@ -91,6 +104,41 @@ class LoopConfig:
             raise ConfigError("on_error", f"must be 'raise' or 'stop', got {self.on_error!r}")
         if not isinstance(self.stop_on_repeat, bool):
             raise ConfigError("stop_on_repeat", "must be True or False")
+
+    def probability(self, score: float) -> float:
+        """The chance that an answer with this evaluation score is right."""
+        return (self.calibration or IDENTITY).probability(score)
+
+    @property
+    def score_threshold(self) -> float:
+        """The evaluation score at which a run converges."""
+        if self.target_precision is None:
+            return self.confidence_threshold
+        return (self.calibration or IDENTITY).score_for(self.target_precision)
+
+    def converges(self, score: float) -> bool:
+        """Whether an iteration with this evaluation score ends the run converged."""
+        if self.target_precision is not None:
+            return self.probability(score) >= self.target_precision
+        return score >= self.confidence_threshold
+
+
+def check_target_precision(value: object) -> float | None:
+    """``value`` as a target precision: None or a number in [0, 1]; else a ConfigError."""
+    if value is not None and not _is_fraction(value):
+        raise ConfigError("target_precision", f"must be None or a number in [0, 1], got {value!r}")
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def calibration_of(value: object) -> Calibration | None:
+    """``value`` as a calibration: None, a Calibration, or the path of a saved one."""
+    if value is None or isinstance(value, Calibration):
+        return value
+    if isinstance(value, str | os.PathLike):
+        return Calibration.load(value)
+    raise ConfigError(
+        "calibration", f"must be a Calibration or the path of one, got {type(value).__name__}"
+    )
 
 
 class RAGLoopOptions(TypedDict, total=False):
@@ -112,6 +160,8 @@ class RAGLoopOptions(TypedDict, total=False):
     on_error: Literal["raise", "stop"]
     stop_on_repeat: bool
     max_sub_queries: int
+    target_precision: float | None
+    calibration: Calibration | str | os.PathLike[str] | None
 
 
 # -- RetrievalLoop ------------------------------------------------------------------------------
@@ -233,3 +283,6 @@ class AgentLoopOptions(TypedDict, total=False):
     max_tool_calls_per_turn: int
     search_opts: Mapping[str, Any] | None
     max_tokens: int | Mapping[str, int | None] | None
+    evaluator: Evaluator | None
+    target_precision: float | None
+    calibration: Calibration | str | os.PathLike[str] | None

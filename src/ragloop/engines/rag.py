@@ -4,7 +4,8 @@ The rules, as in ragsnag:
 
 - the original question goes to the generator and the evaluator on every iteration; the
   reformulator's queries are used for retrieval only;
-- a score at or above ``confidence_threshold`` converges and returns that iteration's answer;
+- a score at or above ``confidence_threshold`` converges and returns that iteration's answer
+  (with ``target_precision``: a score whose calibrated chance of being right reaches it);
   otherwise, when the attempts run out, the highest-scoring iteration's answer (earliest on ties);
 - several queries (DECOMPOSE) are each retrieved with ``top_k``, merged, deduplicated by exact
   content (first occurrence wins) and sorted by score, highest first;
@@ -42,6 +43,7 @@ from ragloop.core.records.rag import (
 )
 from ragloop.core.text import normalize_query
 from ragloop.engines._run import Engine, finish
+from ragloop.engines.gaps import evidence_gaps
 from ragloop.engines.options import LoopConfig, OnIteration, RAGLoopOptions
 from ragloop.observability import otel
 from ragloop.observability.events import EventKind, chunk_refs
@@ -127,7 +129,8 @@ class RAGLoop(Engine[LoopResult, None]):
     def _settings(self) -> dict[str, Any]:
         return {
             "max_iterations": self.config.max_iterations,
-            "confidence_threshold": self.config.confidence_threshold,
+            "confidence_threshold": self.config.score_threshold,
+            "target_precision": self.config.target_precision,
             "top_k": self.config.top_k,
         }
 
@@ -151,6 +154,7 @@ class _Run:
         self.best: LoopIteration | None = None
         self.cache: dict[str, list[Chunk]] = {}
         self.chunk_sets: list[frozenset[str]] = []
+        self.searches: list[tuple[str, list[Chunk]]] = []  # every search sent, in order
         self.step = "retrieve"
         self.number = 0  # the iteration in progress
 
@@ -173,10 +177,10 @@ class _Run:
                 verdict = await self._notify(it)
                 if self.best is None or it.evaluation.score > self.best.evaluation.score:
                     self.best = it
-                if it.evaluation.score >= self.config.confidence_threshold:
-                    return self._finish(StopReason.CONVERGED, chosen=it)
+                if self.config.converges(it.evaluation.score):
+                    return await self._finish(StopReason.CONVERGED, chosen=it)
                 if verdict is False:
-                    return self._finish(StopReason.CALLER_STOP)
+                    return await self._finish(StopReason.CALLER_STOP)
                 if number == last:
                     break
                 self.tracker.check(starting_iteration=True)  # no reformulation we cannot use
@@ -187,9 +191,9 @@ class _Run:
                 self._reformulation_event(number, made_by)
                 queries = made_by.queries[: self.config.max_sub_queries]
             except BudgetExceeded as stop:
-                return self._finish(stop.reason)
+                return await self._finish(stop.reason)
             except _RepeatStop:
-                return self._finish(StopReason.NO_IMPROVEMENT)
+                return await self._finish(StopReason.NO_IMPROVEMENT)
             except Exception as error:
                 role = _ROLES[self.step]
                 if self.config.on_error == "raise":
@@ -197,8 +201,8 @@ class _Run:
                     raise
                 message = f"{role} failed in iteration {number}: {type(error).__name__}: {error}"
                 self.telemetry.failed(error)
-                return self._finish(StopReason.ERROR, error=message)
-        return self._finish(StopReason.MAX_ITERATIONS)
+                return await self._finish(StopReason.ERROR, error=message)
+        return await self._finish(StopReason.MAX_ITERATIONS)
 
     async def _iteration(
         self,
@@ -290,6 +294,7 @@ class _Run:
                 raise result
         for key, result in zip(missing, results, strict=True):
             self.cache[key] = result  # type: ignore[assignment]
+            self.searches.append((missing[key], result))  # type: ignore[arg-type]
         merged: list[Chunk] = []
         seen: set[str] = set()
         for key in keys:
@@ -349,10 +354,28 @@ class _Run:
         self.step = "on_iteration"
         return await call(callback, it)
 
-    def _finish(
+    async def _finish(
         self, reason: StopReason, *, chosen: LoopIteration | None = None, error: str | None = None
     ) -> LoopResult:
         chosen = chosen or self.best
+        config = self.config
+        probability = config.probability(chosen.evaluation.score) if chosen else None
+        confident = reason == StopReason.CONVERGED and chosen is not None
+        gaps = None
+        if not (confident and chosen is not None and chosen.evaluation.is_complete):
+            gaps = await evidence_gaps(
+                self.loop.evaluator,
+                self.query,
+                chosen.answer if chosen else "",
+                chosen.chunks if chosen else [],
+                self.searches,
+                verdict=chosen.evaluation if chosen else None,
+                sub_queries=next(
+                    (it.queries for it in reversed(self.history) if len(it.queries) > 1), ()
+                ),
+                probability=probability,
+                target=config.target_precision,
+            )
         result = LoopResult(
             answer=chosen.answer if chosen else "",
             confidence=chosen.confidence if chosen else 0.0,
@@ -364,6 +387,9 @@ class _Run:
             budget_used=self.tracker.spend,
             usage=self.tracker.usage,
             run_id=self.telemetry.run_id,
+            probability=probability,
+            target_precision=config.target_precision,
+            gaps=gaps,
         )
         return finish(
             self.telemetry,
@@ -371,10 +397,11 @@ class _Run:
             chunk_count=len(chosen.chunks) if chosen else 0,
             attributes={
                 "confidence": result.confidence,
+                "probability": probability,
                 "answer_iteration": chosen.iteration if chosen else None,
                 "citations": citation_refs(result.answer, chosen.chunks if chosen else []),
             },
-            content={"answer": result.answer},
+            content={"answer": result.answer, "gaps": gaps.model_dump() if gaps else None},
         )
 
     def _reformulation_event(self, after: int, made_by: ReformulationOutput) -> None:

@@ -221,6 +221,47 @@ def _step(step: TraceStep, engine: str) -> str:
     )
 
 
+def _gaps(record: TraceRecord) -> str:
+    """What a run that was not confident found and did not find (its evidence gaps)."""
+    gaps = record.gaps
+    if gaps is None:
+        return ""
+    chance = ""
+    if gaps.probability is not None:
+        target = "" if gaps.target is None else f" (target {gaps.target:.2f})"
+        chance = (
+            f"<p class='note'>Chance that the answer is right: {gaps.probability:.2f}{target}</p>"
+        )
+    parts = "".join(
+        f"<li><span class='badge success'>found</span> {_e(p.part)} <small>in {_e(p.source)}"
+        f"</small></li>"
+        if p.found
+        else f"<li><span class='badge error'>not found</span> {_e(p.part)}</li>"
+        for p in gaps.parts
+    )
+    missing = (
+        f"<p class='note'>No chunk mentions: {_e(', '.join(gaps.missing_terms))}</p>"
+        if gaps.missing_terms
+        else ""
+    )
+    nearest = "".join(
+        f"<tr><td class='num'>{n.score:.2f}</td><td>{_e(n.source)}</td><td>{_e(n.text)}</td></tr>"
+        for n in gaps.nearest
+    )
+    searches = "".join(f"<li><code>{_e(q)}</code></li>" for q in gaps.searches)
+    return (
+        "<h2>What was found and what was not</h2>"
+        f"{chance}<ul class='queries'>{parts}</ul>{missing}"
+        + (
+            "<table class='chunks'><tr><th>score</th><th>closest</th><th>text</th></tr>"
+            f"{nearest}</table>"
+            if nearest
+            else ""
+        )
+        + (f"<p class='note'>Searched, in order:</p><ol>{searches}</ol>" if searches else "")
+    )
+
+
 def render_html(record: TraceRecord) -> str:
     """The trace as a self-contained HTML page (see the module docstring)."""
     steps = trace_steps(record)
@@ -274,7 +315,8 @@ def render_html(record: TraceRecord) -> str:
 <h1>{_e(question)}</h1>
 <dl class="summary">{cells}</dl>
 </header>
-<section class="answer"><h2>Answer</h2><p class="answer-text">{_e(answer)}</p></section>
+<section class="answer"><h2>Answer</h2><p class="answer-text">{_e(answer)}</p>
+{_gaps(record)}</section>
 <section class="chart"><h2>{_e(label)}</h2>{chart}</section>
 <section class="timeline"><h2>Timeline</h2><ol class="steps">{timeline}</ol></section>
 <footer>Written by ragloop {_e(version)}. This page is self-contained: no scripts, nothing

@@ -41,6 +41,7 @@ from pydantic import BaseModel, Field
 from ragloop.core.errors import TraceCorrupted, TraceNotFound
 from ragloop.core.files import traces_path_for as traces_path_for
 from ragloop.core.files import use_wal
+from ragloop.core.records.gaps import EvidenceGaps
 from ragloop.core.redaction import redact_all
 from ragloop.observability.events import EventKind, Listening, LoopEvent, NestedRuns, listen
 from ragloop.observability.settings import trace_content_enabled
@@ -108,6 +109,25 @@ class TraceRecord(BaseModel):
             meta=dict(meta or {}),
             events=list(events),
         )
+
+    @property
+    def gaps(self) -> EvidenceGaps | None:
+        """The evidence gaps of a run that was not confident (kept with the trace's content)."""
+        finished = self.events[-1] if self.events else None
+        data = finished.attributes.get("gaps") if finished else None
+        if finished is None or finished.kind is not EventKind.RUN_FINISHED or not data:
+            return None
+        try:
+            return EvidenceGaps.model_validate(data)
+        except ValueError:  # written by a version whose report had another shape
+            return None
+
+    @property
+    def probability(self) -> float | None:
+        """The calibrated chance that the run's answer is right, when the run judged it."""
+        finished = self.events[-1] if self.events else None
+        value = finished.attributes.get("probability") if finished else None
+        return float(value) if isinstance(value, int | float) else None
 
     @property
     def duration_ms(self) -> float | None:

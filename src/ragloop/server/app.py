@@ -167,6 +167,7 @@ def _routes(app: FastAPI, service: Service) -> None:
             collections=body.collection,
             max_iterations=body.max_iterations,
             top_k=body.top_k,
+            target_precision=body.target_precision,
             budget=body.budget,
         )
         if body.stream or _wants_events(accept):
@@ -294,12 +295,12 @@ def _routes(app: FastAPI, service: Service) -> None:
 
 
 def _answer(kind: str, outcome: Outcome) -> AskResponse:
-    result: Result = outcome.result
+    result: LoopResult | AgentResult = outcome.result
     return AskResponse(
         run_id=result.run_id,
         engine=kind,
         question=result.query,
-        answer=getattr(result, "answer", None),
+        answer=result.answer,
         citations=outcome.citations,
         stop_reason=result.stop_reason.value,
         outcome=result.stop_reason.outcome,
@@ -309,6 +310,10 @@ def _answer(kind: str, outcome: Outcome) -> AskResponse:
         usage=result.usage,
         error=result.error,
         trace_url=f"/v1/traces/{result.run_id}",
+        confident=result.confident,
+        probability=result.probability,
+        target_precision=result.target_precision,
+        gaps=result.gaps,
     )
 
 

@@ -37,10 +37,11 @@ from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ragloop.core.records.gaps import EvidenceGaps
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.server import errors
 from ragloop.server.access import AccessDenied, Caller, LocalGuard, key_of
-from ragloop.server.service import Outcome, Service
+from ragloop.server.service import Outcome, Service, chat_text
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False, idempotent_hint=True)
 RUNS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -124,6 +125,9 @@ class Evidence(BaseModel):
 
 
 class Answer(BaseModel):
+    """``answer`` ends, when the run is not confident, with one line of what was found and
+    what was not; ``gaps`` is that report in full."""
+
     question: str
     answer: str | None
     sources: list[Source]
@@ -131,6 +135,9 @@ class Answer(BaseModel):
     stop_reason: str
     iterations: int
     run_id: str
+    confident: bool
+    probability: float | None = None
+    gaps: EvidenceGaps | None = None
 
 
 def _hit(chunk: Any) -> Hit:
@@ -264,12 +271,15 @@ def build_mcp(service: Service) -> MCPServer:
         result = outcome.result
         return Answer(
             question=question,
-            answer=result.answer,
+            answer=chat_text(result) if result.answer else None,
             sources=[Source.model_validate(c) for c in outcome.citations],
             engine=kind,
             stop_reason=result.stop_reason.value,
             iterations=result.iterations,
             run_id=result.run_id,
+            confident=result.confident,
+            probability=result.probability,
+            gaps=result.gaps,
         )
 
     return server

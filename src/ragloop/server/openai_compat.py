@@ -32,7 +32,7 @@ from ragloop.server.access import CallerDep
 from ragloop.server.conversation import Rewrite, Turn, standalone
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import UnicodeText
-from ragloop.server.service import ENGINE_NAMES, Outcome, Service
+from ragloop.server.service import ENGINE_NAMES, Outcome, Service, chat_text
 
 PREFIX = "ragloop"
 WORD_TOKENS = re.compile(r"\w+|[^\w\s]")
@@ -188,6 +188,9 @@ class Completion:
                 "rewritten_by": self.rewrite.by,
                 "stop_reason": result.stop_reason.value,
                 "iterations": result.iterations,
+                "confident": result.confident,
+                "probability": result.probability,
+                "gaps": result.gaps.model_dump(mode="json") if result.gaps else None,
                 "trace_url": f"/v1/traces/{result.run_id}",
                 "usage_counted_by": "model" if self._model_usage(result) else "tokenizer",
             },
@@ -215,7 +218,7 @@ class Completion:
         }
 
     def whole(self, outcome: Outcome) -> dict[str, Any]:
-        answer = getattr(outcome.result, "answer", None) or ""
+        answer = chat_text(outcome.result)
         return {
             **self._base("chat.completion"),
             "choices": [
@@ -253,8 +256,7 @@ class Completion:
             return
         finally:
             await events.aclose()
-        answer = getattr(item.result, "answer", None) or ""
-        yield self._chunk({"content": answer})
+        yield self._chunk({"content": chat_text(item.result)})
         yield self._chunk({}, "stop", **self._extras(item))
         if usage:
             data = {

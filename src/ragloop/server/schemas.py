@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse
 from ragloop.components.citations import Citation
 from ragloop.core.budget import Budget, BudgetSpend
 from ragloop.core.records import Chunk, Usage
+from ragloop.core.records.gaps import EvidenceGaps
 from ragloop.kb.knowledge_base import Document
 from ragloop.kb.metadata import public_metadata
 
@@ -133,6 +134,13 @@ class AskRequest(_Request):
     collection: Collections = None
     max_iterations: int | None = Field(default=None, ge=1, le=50)
     top_k: int | None = Field(default=None, ge=1, le=100)
+    target_precision: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="Stand by an answer only when its calibrated chance of being right reaches "
+        "this (default: the config's, else the engine's).",
+    )
     budget: Budget | None = Field(default=None, description="Lowered to the server's caps.")
     stream: bool = Field(
         default=False, description="Answer with text/event-stream (as Accept: text/event-stream)."
@@ -150,7 +158,8 @@ class RetrieveRequest(_Request):
 
 class AskResponse(BaseModel):
     """A finished run: its answer with the citations resolved to sources, why it stopped, what
-    it used; ``trace_url`` shows every step."""
+    it used; ``trace_url`` shows every step; ``confident``, ``probability`` and, when not
+    confident, ``gaps``: how far to trust it and why."""
 
     run_id: str
     engine: str
@@ -165,6 +174,15 @@ class AskResponse(BaseModel):
     usage: Usage | None = None
     error: str | None = None
     trace_url: str
+    confident: bool = Field(description="Whether the run stands by its answer.")
+    probability: float | None = Field(
+        default=None, description="The calibrated chance that the answer is right."
+    )
+    target_precision: float | None = None
+    gaps: EvidenceGaps | None = Field(
+        default=None,
+        description="What was found and what was not, when the answer is not confident.",
+    )
 
 
 class RetrieveResponse(BaseModel):

@@ -74,6 +74,15 @@ class Outcome:
         return list(found) if isinstance(found, list) else []
 
 
+def chat_text(result: Any) -> str:
+    """A run's answer as a chat client shows it: the answer, and for one that is not
+    confident, one line of what was found and what was not."""
+    answer = getattr(result, "answer", None) or ""
+    gaps = getattr(result, "gaps", None)
+    line = gaps.line() if gaps is not None and not result.confident else ""
+    return f"{answer}\n\n{line}".strip() if line else answer
+
+
 class Service:
     """The knowledge base served, to callers with their access. :meth:`close` ends it."""
 
@@ -120,6 +129,7 @@ class Service:
         *,
         max_iterations: int | None = None,
         top_k: int | None = None,
+        target_precision: float | None = None,
     ) -> Any:
         """The engine of ``kind`` over the collections ``scope`` (None: all); kind
         ``evidence`` is the RetrievalLoop alone (what /v1/retrieve runs)."""
@@ -130,6 +140,9 @@ class Service:
             options["max_iterations"] = max_iterations
         if top_k is not None and kind != "agent":
             options["top_k"] = top_k
+        if target_precision is not None and kind != EVIDENCE:
+            options["target_precision"] = target_precision
+            options.pop("confidence_threshold", None)
         key = (kind, scope, tuple(sorted(options.items())))
         with self._lock:
             if key in self._engines:
@@ -212,6 +225,7 @@ class Service:
         collections: str | Sequence[str] | None = None,
         max_iterations: int | None = None,
         top_k: int | None = None,
+        target_precision: float | None = None,
         budget: Budget | None = None,
         meta: dict[str, Any] | None = None,
     ) -> AsyncGenerator[LoopEvent | Outcome, None]:
@@ -221,7 +235,13 @@ class Service:
         self.check_question(question)
         scope = caller.scope(collections)
         self.check_collections(caller, collections)
-        engine = self.engine(kind, scope, max_iterations=max_iterations, top_k=top_k)
+        engine = self.engine(
+            kind,
+            scope,
+            max_iterations=max_iterations,
+            top_k=top_k,
+            target_precision=target_precision,
+        )
         slot = await self.access.enter(caller)
         try:
             with trace_meta(**(meta or {}), key=caller.name, engine=kind):

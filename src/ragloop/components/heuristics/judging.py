@@ -88,6 +88,8 @@ class Analysis:
     grounded_share: float = 0.0
     unsupported: list[str] = field(default_factory=list)
     uncovered_parts: list[tuple[int, str]] = field(default_factory=list)
+    # part index -> the answer's claim that answers it and its chunk (the whole question: 0)
+    part_sources: dict[int, tuple[str, Chunk]] = field(default_factory=dict)
     type_found: bool = True
     focus_missing: list[str] = field(default_factory=list)  # the asked-for thing, not answered
     hops: list[str] = field(default_factory=list)  # names the answer points to, not retrieved
@@ -353,11 +355,19 @@ class AnswerJudge:
             weighted = frozenset(scorer.weights)
             # question words the answer says in other words count wherever they are said
             also = frozenset({stem(t) for t in found.read_as} | soft)
-            found.uncovered_parts = [
-                (i, part)
-                for i, part in enumerate(asked.parts)
-                if not any(part_answered(part, weighted, claim, c, also) for claim, c in units)
-            ]
+            for i, part in enumerate(asked.parts):
+                answering = (
+                    (claim, c)
+                    for claim, c in units
+                    if part_answered(part, weighted, claim, c, also)
+                )
+                source = next(answering, None)
+                if source is None:
+                    found.uncovered_parts.append((i, part))
+                else:
+                    found.part_sources[i] = source
+        elif units:
+            found.part_sources[0] = units[0]
         found.type_found = any(
             gives_answer_type(asked.answer_type, s, asked.text) for s in sentences
         )

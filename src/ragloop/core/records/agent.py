@@ -13,6 +13,7 @@ from pydantic import AliasChoices, BaseModel, Field
 from ragloop.core.budget import BudgetSpend
 from ragloop.core.limits import LLMCall
 from ragloop.core.records import Chunk, Message, StopReason, Usage
+from ragloop.core.records.gaps import EvidenceGaps
 
 Verdict = Literal["supported", "unsupported", "contradicted"]
 
@@ -121,6 +122,10 @@ class AgentResult(BaseModel):
     - ``error``: what went wrong (a controller failure, a failed fallback synthesis).
     - ``messages``: the whole conversation, system prompt first.
     - ``grounding``: None until :meth:`AgentLoop.ground` scores the answer.
+    - ``probability``: the calibrated chance that the answer is right, when the loop has an
+      evaluator (the offline loop does); ``target_precision`` the chance it had to reach;
+      ``gaps``: the evidence behind a run that is not :attr:`confident` (parts found and not
+      found, the nearest misses, the searches), else None.
     - ``llm_calls``: every model call of the run in order (controller turns, answerer,
       synthesis): role, reply bound, finish reason, tokens, and what fitting the conversation
       to the model's context window left out.
@@ -140,6 +145,18 @@ class AgentResult(BaseModel):
     usage: Usage | None = None
     run_id: str = ""
     llm_calls: list[LLMCall] = Field(default_factory=list)
+    probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    target_precision: float | None = Field(default=None, ge=0.0, le=1.0)
+    gaps: EvidenceGaps | None = None
+
+    @property
+    def confident(self) -> bool:
+        """Whether the run stands by its answer: it answered and, when the loop judges its
+        answers against a target precision, the answer's chance of being right reaches it."""
+        if self.stop_reason != StopReason.ANSWERED:
+            return False
+        target, chance = self.target_precision, self.probability
+        return target is None or chance is None or chance >= target
 
     @property
     def terminated_by(self) -> StopReason:

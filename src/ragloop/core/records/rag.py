@@ -15,6 +15,7 @@ from ragloop.core.budget import BudgetSpend
 from ragloop.core.errors import EmptyTraceError
 from ragloop.core.limits import LLMCall
 from ragloop.core.records import Chunk, StopReason, Usage
+from ragloop.core.records.gaps import EvidenceGaps
 
 
 class ReformulationStrategy(StrEnum):
@@ -123,6 +124,11 @@ class LoopResult(BaseModel):
     evaluator's score is ``best_iteration.evaluation.score``. When a budget, an error or the
     caller stops the run early, they come from the best iteration that finished (an empty answer
     with confidence 0 if none did), and ``error`` holds the message of an error stop.
+    ``probability`` is the calibrated chance that the answer is right (the evaluator's score
+    read through the loop's calibration), ``target_precision`` the chance the run had to reach
+    (None when it converged on ``confidence_threshold``), and ``gaps`` the evidence behind an
+    answer that is not confident or not complete (:class:`~ragloop.core.records.gaps.EvidenceGaps`:
+    the question's parts found and not found, the nearest misses, the searches), else None.
     ``iterations`` counts the iterations that finished, ``trace`` holds them, ``chunks`` are
     those the answer was drawn from: the names every engine's result shares. ``llm_calls`` is
     every model call of the run in order, those of an iteration that did not finish included
@@ -140,6 +146,15 @@ class LoopResult(BaseModel):
     usage: Usage | None = None
     run_id: str = ""
     llm_calls: list[LLMCall] = Field(default_factory=list)
+    probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    target_precision: float | None = Field(default=None, ge=0.0, le=1.0)
+    gaps: EvidenceGaps | None = None
+
+    @property
+    def confident(self) -> bool:
+        """Whether the run stands by its answer: it converged (at the target precision, when
+        one was set)."""
+        return self.stop_reason == StopReason.CONVERGED
 
     @property
     def chunks(self) -> list[Chunk]:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
+from ragloop.components.calibration import IDENTITY
 from ragloop.components.heuristics.controller import OfflineController
 from ragloop.components.heuristics.corpus import Corpus
 from ragloop.core.calls import ChatFn
 from ragloop.core.errors import check_options
 from ragloop.core.protocols import ChatModel, Retriever
-from ragloop.engines.defaults.rag import OFFLINE_CONFIDENCE, retriever_of
-from ragloop.engines.options import AgentLoopOptions, SearchFn
+from ragloop.engines.defaults.rag import OFFLINE_TARGET_PRECISION, retriever_of
+from ragloop.engines.options import AgentLoopOptions, SearchFn, calibration_of
 from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever, SearchMode
 
 
@@ -52,11 +53,16 @@ def agent_parts(source: Any, **options: Unpack[AgentLoopOptions]) -> AgentParts:
     search: Retriever | SearchFn = (
         over_kb.search if over_kb is not None and model is not None else retriever
     )
-    controller = (
-        model
-        if model is not None
-        else OfflineController(corpus=_scoped(source, settings), threshold=OFFLINE_CONFIDENCE)
-    )
+    controller: ChatModel | ChatFn = model
+    if model is None:
+        settings.setdefault("target_precision", OFFLINE_TARGET_PRECISION)
+        calibration = calibration_of(settings.get("calibration")) or IDENTITY
+        offline = OfflineController(
+            corpus=_scoped(source, settings),
+            threshold=calibration.score_for(settings["target_precision"]),
+        )
+        settings.setdefault("evaluator", offline.evaluator)  # judges the answer it sends
+        controller = offline
     return AgentParts(
         controller,
         search,

@@ -3,9 +3,10 @@
 Without a model: :class:`~ragloop.ExtractiveGenerator`, :class:`~ragloop.HeuristicEvaluator`
 and :class:`~ragloop.HeuristicReformulator`, all three consulting the knowledge base (its wider
 search, embedder and link graph) through one :class:`~ragloop.Corpus`, and the loop converges
-at :data:`OFFLINE_CONFIDENCE`. With a model: :class:`~ragloop.LLMGenerator`,
+at :data:`OFFLINE_TARGET_PRECISION` (or the ``target_precision=`` given, read through the
+``calibration=`` given). With a model: :class:`~ragloop.LLMGenerator`,
 :class:`~ragloop.LLMEvaluator` and :class:`~ragloop.LLMReformulator` (whose fallback still
-consults the corpus), and ragsnag's threshold.
+consults the corpus), and ragsnag's threshold unless ``target_precision=`` is given.
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 # the offline judge), so the offline loops converge at 0.5: they stand by an answer the judge
 # finds more likely right than wrong. An LLM judge keeps ragsnag's 0.8.
 OFFLINE_CONFIDENCE = 0.5
+# ... and so stand by an answer at a target precision of 0.5 through the shipped calibration
+# (the identity: the judge's score is the chance, fitted on HotpotQA and MuSiQue). A user who
+# wants fewer wrong answers asks for more (target_precision=0.7) and gets more refusals.
+OFFLINE_TARGET_PRECISION = 0.5
 
 
 @dataclass
@@ -76,8 +81,8 @@ def rag_parts(source: Any, **options: Unpack[RAGLoopOptions]) -> RAGParts:
     if config is not None and settings:
         raise ConfigError("config", "pass either config=LoopConfig(...) or its fields, not both")
     if config is None:
-        if model is None:
-            settings.setdefault("confidence_threshold", OFFLINE_CONFIDENCE)
+        if model is None and "confidence_threshold" not in settings:
+            settings.setdefault("target_precision", OFFLINE_TARGET_PRECISION)
         config = LoopConfig(**settings)
     corpus = Corpus.of(source)
     if model is None:

@@ -1,0 +1,80 @@
+"""Calibration: what an evaluator's score means, fitted on labelled answers and kept as data."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from ragloop import ConfigError
+from ragloop.components.calibration import IDENTITY, Calibration
+
+
+def labelled(n: int = 2000, seed: int = 7) -> tuple[list[float], list[bool]]:
+    """Scores whose true chance of being right is 0.2 + 0.6 * score (an overconfident judge
+    at the top, an underconfident one at the bottom)."""
+    rng = random.Random(seed)
+    scores = [rng.random() for _ in range(n)]
+    return scores, [rng.random() < 0.2 + 0.6 * s for s in scores]
+
+
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_a_fit_recovers_the_chance_behind_the_scores(method):
+    scores, right = labelled()
+    fitted = Calibration.fit(scores, right, method=method, evaluator="test", fitted_on="synthetic")
+    for score in (0.1, 0.5, 0.9):
+        assert fitted.probability(score) == pytest.approx(0.2 + 0.6 * score, abs=0.07)
+    assert fitted.questions == 2000
+    assert fitted.accuracy == pytest.approx(sum(right) / len(right), abs=1e-3)
+
+
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_a_higher_score_never_means_a_lower_chance(method):
+    scores, right = labelled(300, seed=3)
+    fitted = Calibration.fit(scores, right, method=method)
+    chances = [fitted.probability(i / 100) for i in range(101)]
+    assert chances == sorted(chances)
+
+
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_score_for_is_the_lowest_score_reaching_a_chance(method):
+    fitted = Calibration.fit(*labelled(), method=method)
+    threshold = fitted.score_for(0.6)
+    assert fitted.probability(threshold) >= 0.6
+    assert fitted.probability(max(threshold - 0.02, 0.0)) < 0.6
+    if method == "platt":  # about 0.8 at a score of 1: 0.99 is never reached
+        assert fitted.score_for(0.99) == 1.0
+
+
+def test_the_identity_takes_the_score_as_the_chance():
+    assert IDENTITY.probability(0.37) == 0.37
+    assert IDENTITY.score_for(0.7) == 0.7
+    assert IDENTITY.probability(1.5) == 1.0  # clipped, never outside [0, 1]
+
+
+def test_a_saved_calibration_loads_back_the_same(tmp_path):
+    fitted = Calibration.fit(*labelled(), method="isotonic", evaluator="heuristic")
+    path = fitted.save(tmp_path / "calibration.json")
+    again = Calibration.load(path)
+    assert again == fitted
+    assert json.loads(path.read_text())["method"] == "isotonic"
+
+
+def test_a_missing_or_malformed_file_is_a_config_error_naming_it(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        Calibration.load(tmp_path / "absent.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"method": "isotonic", "thresholds": [0.5, 0.1], "values": [0.2, 0.3]}')
+    with pytest.raises(ConfigError, match=r"bad\.json is not a calibration"):
+        Calibration.load(bad)
+    bad.write_text("not json")
+    with pytest.raises(ConfigError, match="not a calibration"):
+        Calibration.load(bad)
+
+
+def test_a_fit_needs_labels_for_every_score():
+    with pytest.raises(ValueError, match="3 scores but 2 labels"):
+        Calibration.fit([0.1, 0.2, 0.3], [True, False])
+    with pytest.raises(ValueError, match="at least two"):
+        Calibration.fit([0.1], [True])

@@ -1,0 +1,88 @@
+"""The evidence-gap report of the offline loops over the demo shop: a question whose first part
+the documents answer and whose second they do not is reported part by part, and a target
+precision the judge cannot reach turns a right answer into a best attempt with its evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragloop import AgentLoop, KnowledgeBase, RAGLoop, StopReason
+from ragloop.demo import demo_documents
+from ragloop.offline import answered_retrieval_loop
+
+HALF_ANSWERED = "How long do I have to return an item, and how much does a helicopter rescue cost?"
+ANSWERED = "How long do I have to return an item, and how long does standard delivery take?"
+
+
+@pytest.fixture(scope="module")
+def shop():
+    """The demo shop with the default embedder, as `ragloop ask --demo` builds it."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(demo_documents())
+    return kb
+
+
+ENGINES = {
+    "rag": RAGLoop.offline,
+    "agent": AgentLoop.offline,
+    "retrieval": answered_retrieval_loop,
+}
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_the_part_found_and_the_part_not_found_are_named(shop, engine):
+    result = ENGINES[engine](shop).run(HALF_ANSWERED)
+    assert not result.confident
+    gaps = result.gaps
+    assert gaps is not None
+    found, missing = gaps.parts
+    assert found.found
+    assert found.part == "How long do I have to return an item"
+    assert found.source == "policies/returns.md"
+    assert found.quote
+    assert "60 days" in found.quote
+    assert not missing.found
+    assert "helicopter" in missing.part
+    assert "helicopter" in gaps.missing_terms
+    assert gaps.searches[0] == HALF_ANSWERED  # the searches, in the order they ran
+    assert gaps.nearest
+    assert gaps.nearest[0].score >= gaps.nearest[-1].score
+    line = gaps.line()
+    assert line.startswith("Found: 'How long do I have to return an item' (in policies/returns.md)")
+    assert "not found: 'how much does a helicopter rescue cost'" in line
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_confident_complete_answer_carries_no_report(shop, engine):
+    result = ENGINES[engine](shop).run(ANSWERED)
+    assert result.confident
+    assert result.gaps is None
+    assert result.probability is not None
+    assert result.probability >= 0.5
+
+
+def test_a_target_the_judge_cannot_reach_leaves_a_best_attempt_with_its_evidence(shop):
+    """The same right answer, asked for at 0.95: the loop tries its attempts, returns the best
+    one not confident, and the report says both parts were found, and where."""
+    result = RAGLoop.offline(shop, target_precision=0.95).run(ANSWERED)
+    assert result.stop_reason is StopReason.MAX_ITERATIONS
+    assert "60 days" in result.answer
+    assert "3 to 5 working days" in result.answer
+    gaps = result.gaps
+    assert gaps is not None
+    assert gaps.target == 0.95
+    assert gaps.probability is not None
+    assert gaps.probability < 0.95
+    assert [(p.found, p.source) for p in gaps.parts] == [
+        (True, "policies/returns.md"),
+        (True, "policies/delivery.md"),
+    ]
+
+
+def test_the_offline_agent_answers_at_the_target_it_is_given(shop):
+    """The offline controller answers only when the judge's chance reaches the target."""
+    assert AgentLoop.offline(shop).run(ANSWERED).stop_reason is StopReason.ANSWERED
+    strict = AgentLoop.offline(shop, target_precision=0.95).run(ANSWERED)
+    assert strict.stop_reason is StopReason.GAVE_UP
+    assert strict.gaps is not None
+    assert strict.target_precision == 0.95
