@@ -11,14 +11,27 @@
    RAGLoop.offline, AgentLoop.offline and ``ragloop ask --engine retrieval``.
 2. How well the HeuristicEvaluator's score is calibrated there: the score of the iteration
    RAGLoop.offline answered from, against how often that answer was right.
-3. HotpotQA (every 4th question: inside bench_eval.py's sample, outside the calibration's):
+3. Each engine as a selective answerer on the pydocs questions (answer only when the chance
+   that the answer is right reaches a threshold): the risk-coverage curve in short (the
+   accuracy of the answers of highest chance at 25/50/75/100% of the questions, and the share
+   answered and its accuracy at thresholds 0.3/0.5/0.7/0.9), its area (AURC), the precision of
+   the answers at the default target precision 0.5, and refusal precision and recall
+   (:mod:`ragloop.evaluation.selective`). The chance is the loops' calibrated probability
+   (else the judge's score of the answer they gave), and for one search the
+   ExtractiveGenerator's own confidence.
+4. HotpotQA (every 4th question: inside bench_eval.py's sample, outside the calibration's):
    the share of answers that contain the gold answer (quoted sentences make EM and F1
    meaningless) and the same confident-but-wrong rate.
+5. Questions no one wrote to be unanswerable: HotpotQA and MuSiQue questions asked with their
+   gold passages withheld from the knowledge base (benchmarks/withheld.py), the refusal and
+   confident-but-wrong rates on them, and the selective figures with them mixed with as many
+   answerable questions of the same datasets.
 
 ``python benchmarks/bench_answers.py --model SPEC`` runs the pydocs part with the LLM
 components (a ``ragloop.resolve_model`` spec such as ``openai:gpt-4o-mini``), so a user with a
 key can reproduce it; ``--kb FILE`` reuses a built knowledge base, ``--limit N`` takes the
-first N questions and ``--failures`` lists what each engine got wrong.
+first N questions and ``--failures`` lists what each engine got wrong. ``--withheld N`` runs
+only part 5, with N withheld and N answerable questions of each dataset.
 """
 
 from __future__ import annotations
@@ -36,13 +49,23 @@ from pathlib import Path
 from typing import Any
 
 from bench_retrieval import DATASETS, knowledge_base
+from withheld import NAMES, withheld_set
 
 from ragloop import AgentLoop, ExtractiveGenerator, KnowledgeBase, RAGLoop
 from ragloop.components.citations import NO_ANSWER, strip_citations
 from ragloop.core.records import Chunk, StopReason
-from ragloop.evaluation.configurations import answered_by
-from ragloop.evaluation.datasets import load_dataset
+from ragloop.evaluation.configurations import answer_chance, answered_by
+from ragloop.evaluation.datasets import EvalQuestion, load_dataset
 from ragloop.evaluation.metrics import answer_contains
+from ragloop.evaluation.selective import (
+    DEFAULT_TARGET,
+    Judged,
+    accuracy_at_coverage,
+    at_target,
+    aurc,
+    expected_calibration_error,
+    refusal_scores,
+)
 from ragloop.offline import answered_retrieval_loop
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -52,6 +75,9 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 CORPUS_FOLDERS = ("library", "tutorial", "howto", "faq", "reference")
 CONFIDENT = {StopReason.CONVERGED, StopReason.ANSWERED}
 HOTPOT_EVERY = 4
+WITHHELD = 30  # withheld questions of each dataset (and as many answerable ones)
+COVERAGES = (0.25, 0.5, 0.75, 1.0)
+THRESHOLDS = (0.3, 0.5, 0.7, 0.9)
 COLUMNS = (
     "accuracy",
     "fact",
@@ -80,13 +106,16 @@ class Run:
     item: Item
     answer: str
     confident: bool
-    score: float | None  # the judge's score of the answer, when the engine has a judge
+    score: float | None  # the chance that the answer is right, when the engine has a judge
     evidence: list[str]  # the pages of the chunks the answer came from, best first
     retrievals: int
     seconds: float
+    normalised: bool = False  # right: a gold answer in the answer as SQuAD normalises both
 
     @property
     def right(self) -> bool:
+        if self.normalised:
+            return bool(self.item.gold) and bool(answer_contains(self.answer, self.item.gold[0]))
         return is_right(self.answer, self.item.gold)
 
 
@@ -106,9 +135,14 @@ class Answer:
 
 @dataclass
 class Engine:
+    """An engine under test; ``hedges``: it has no stop of its own to stand by an answer, only
+    its confidence (one search + the ExtractiveGenerator, which hedges an answer below 0.5):
+    as a selective answerer it refuses below the target precision."""
+
     name: str
     answer: Callable[[str], Answer]
     runs: list[Run] = field(default_factory=list)
+    hedges: bool = False
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -180,17 +214,18 @@ def engines(kb: KnowledgeBase, model: Any = None) -> list[Engine]:
             result = engine.run(question)
             answered = answered_by(result)
             chunks = answered.chunks if answered else []
-            score = answered.evaluation.score if answered else None
-            return Answer(result.answer, result.stop_reason in CONFIDENT, chunks, score)
+            chance, _, confident = answer_chance(result)  # calibrated, else the judge's score
+            return Answer(result.answer, confident, chunks, chance)
 
         return run
 
     def agent_run(question: str) -> Answer:
         result = agent.run(question)
-        return Answer(result.answer or "", result.stop_reason in CONFIDENT, list(result.chunks))
+        chance, _, confident = answer_chance(result)  # a chance when its loop judges answers
+        return Answer(result.answer or "", confident, list(result.chunks), chance)
 
     return [
-        Engine("one search + ExtractiveGenerator", one_search),
+        Engine("one search + ExtractiveGenerator", one_search, hedges=True),
         Engine("RAGLoop.offline", loop(rag)),
         Engine("AgentLoop.offline", agent_run),
         Engine("ask --engine retrieval", loop(retrieval)),
@@ -258,16 +293,106 @@ def table(runs_by_engine: list[Engine], columns: tuple[str, ...] = COLUMNS) -> l
 def reliability(runs: list[Run]) -> list[str]:
     """The judge's score of each answer against how often such answers were right (an
     unanswerable question's answer is never right)."""
-    scored = [r for r in runs if r.score is not None]
+    scored = [(r.score, r) for r in runs if r.score is not None]
     lines = ["| score | answers | mean score | right |", "|---|---|---|---|"]
     for low in (0.0, 0.2, 0.4, 0.6, 0.8):
         high = low + 0.2
-        inside = [r for r in scored if low <= r.score < high or (high > 1 and r.score == 1.0)]  # type: ignore[operator]
+        inside = [(s, r) for s, r in scored if low <= s < high or (high > 1 and s == 1.0)]
         if inside:
-            mean = statistics.mean(r.score for r in inside)  # type: ignore[misc]
-            right = sum(r.right for r in inside) / len(inside)
+            mean = statistics.mean(s for s, _ in inside)
+            right = sum(r.right for _, r in inside) / len(inside)
             lines.append(f"| {low:.1f}-{high:.1f} | {len(inside)} | {mean:.2f} | {right:.2f} |")
     return lines
+
+
+# -- selective answering ----------------------------------------------------------------------
+
+
+def judged(engine: Engine) -> list[Judged]:
+    """The engine's runs as selective answers (empty when it gives no chance): a question
+    the documents do not answer is never answered right; an engine that ``hedges`` stands by
+    the answers whose chance reaches the target, the others by their own stop."""
+    runs = engine.runs
+    if not any(r.score is not None for r in runs):
+        return []
+    return [
+        Judged(
+            r.score if r.score is not None else 0.0,
+            r.right,
+            answerable=r.item.kind not in ("unanswerable", "withheld"),
+            confident=None if engine.hedges else r.confident,
+        )
+        for r in runs
+    ]
+
+
+def stands_by(engine: Engine, run: Run) -> bool:
+    """Whether the engine stands by the answer: its own stop, or for one that ``hedges`` a
+    chance that reaches the default target (what it does not hedge)."""
+    if engine.hedges:
+        return run.score is not None and run.score >= DEFAULT_TARGET
+    return run.confident
+
+
+def fraction(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def selective_table(chosen: list[Engine]) -> list[str]:
+    """Per engine: AURC, the accuracy of the answers of highest chance at a few coverages, the
+    precision and coverage at the default target, refusal precision and recall, ECE."""
+    head = ["AURC", *(f"accuracy @ {c:.0%} answered" for c in COVERAGES)]
+    head += [f"precision @ {DEFAULT_TARGET:g}", f"answered @ {DEFAULT_TARGET:g}"]
+    head += ["refusal precision", "refusal recall", "ECE"]
+    lines = ["| engine | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    for engine in chosen:
+        answers = judged(engine)
+        if not answers:
+            lines.append(f"| {engine.name} | " + " | ".join("-" for _ in head) + " |")
+            continue
+        point = at_target(answers, DEFAULT_TARGET)
+        refusals = refusal_scores(answers, DEFAULT_TARGET)
+        cells = [f"{aurc(answers):.3f}"]
+        cells += [fraction(accuracy_at_coverage(answers, c)) for c in COVERAGES]
+        cells += [fraction(point.precision), fraction(point.coverage)]
+        cells += [fraction(refusals.precision), fraction(refusals.recall)]
+        cells.append(f"{expected_calibration_error(answers):.3f}")
+        lines.append(f"| {engine.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def threshold_table(chosen: list[Engine], runs: dict[str, list[Run]] | None = None) -> list[str]:
+    """Per engine, answering only at a chance of at least each threshold: the share of
+    questions answered and the accuracy of those answers."""
+    head = [f"chance >= {t:g}: answered, accuracy" for t in THRESHOLDS]
+    lines = ["| engine | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    for engine in chosen:
+        answers = judged(engine)
+        cells = []
+        for threshold in THRESHOLDS:
+            point = at_target(answers, threshold) if answers else None
+            cells.append(
+                "-" if point is None else f"{fraction(point.coverage)}, {fraction(point.precision)}"
+            )
+        lines.append(f"| {engine.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+SELECTIVE_NOTE = (
+    "The chance of an answer: the loops' calibrated probability that it is right (the "
+    "HeuristicEvaluator's score of the answer they gave, read through the shipped calibration), "
+    "one search's ExtractiveGenerator confidence (the same judge's chance, taken on one search). "
+    "Accuracy @ c answered: the accuracy of the answers of highest chance that make up c of the "
+    "questions (the risk-coverage curve, read at four points; AURC, its area, is the mean risk = "
+    "1 - accuracy over every coverage, 0 best, as Geifman and El-Yaniv define it). Precision @ "
+    f"{DEFAULT_TARGET:g}: the accuracy of the answers whose chance reaches the default target "
+    "precision, answered: their share of the questions. A refusal is an answer the engine does "
+    "not stand by (the loops: no converged or answered stop; one search: an answer it hedges, "
+    f"chance below {DEFAULT_TARGET:g}, where the table above counts it confident); refusal "
+    "precision: the share of refusals whose answer was not right, refusal recall: the share of "
+    "answers not right that were refused. An answer to a question the documents do not answer "
+    "is never right. ECE: the expected calibration error (10 bins)."
+)
 
 
 def failures(engine: Engine, limit: int = 400) -> list[str]:
@@ -330,6 +455,104 @@ def hotpot_section() -> list[str]:
     ]
 
 
+# -- withheld gold passages --------------------------------------------------------------------
+
+
+def question_item(question: EvalQuestion, kind: str, dataset: str) -> Item:
+    return Item(
+        f"{dataset}:{question.id}",
+        question.question,
+        kind,
+        (tuple(question.answers),),
+        frozenset(question.gold),
+    )
+
+
+def withheld_runs(size: int, names: list[str] | None = None) -> tuple[list[Engine], list[str]]:
+    """Every engine on each dataset's withheld and answerable questions, over the knowledge
+    base without the withheld gold passages; the runs of all datasets gathered per engine."""
+    gathered: dict[str, Engine] = {}
+    notes = []
+    for name in NAMES:
+        built = withheld_set(name, size)
+        items = [question_item(q, "withheld", name) for q in built.withheld]
+        items += [question_item(q, "answerable", name) for q in built.answerable]
+        hidden = len({g for q in built.withheld for g in q.gold})
+        notes.append(
+            f"{name}: {len(built.withheld)} withheld and {len(built.answerable)} answerable "
+            f"questions, {hidden} gold passages of {built.passages:,} withheld"
+        )
+        for engine in engines(built.kb):
+            if names and not any(engine.name.lower().startswith(p) for p in names):
+                continue
+            print(f"  {name}: {engine.name} ...", file=sys.stderr, flush=True)
+            for item in items:
+                started = time.perf_counter()
+                out = engine.answer(item.question)
+                seconds = time.perf_counter() - started
+                text = strip_citations(out.text)
+                run = Run(item, text, out.confident, out.score, [], 0, seconds, normalised=True)
+                engine.runs.append(run)
+            kept = gathered.setdefault(engine.name, engine)
+            if kept is not engine:
+                kept.runs.extend(engine.runs)
+        built.kb.close()
+    return list(gathered.values()), notes
+
+
+def withheld_table(chosen: list[Engine]) -> list[str]:
+    """Per engine, on the withheld questions: refusal (an answer it does not stand by:
+    :func:`stands_by`) per dataset and in all, confident but wrong (any answer it stands by:
+    wrong, whatever it says), the answers that contain the gold answer anyway; on the
+    answerable ones: accuracy and confident."""
+    head = ["refusal", *(f"refusal {name}" for name in NAMES), "confident but wrong"]
+    head += ["gold answer in the answer anyway", "answerable: accuracy", "answerable: confident"]
+    lines = ["| engine | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    for engine in chosen:
+        withheld = [r for r in engine.runs if r.item.kind == "withheld"]
+        answerable = [r for r in engine.runs if r.item.kind == "answerable"]
+        refusal = [pct(sum(not stands_by(engine, r) for r in withheld), len(withheld))]
+        for name in NAMES:
+            of = [r for r in withheld if r.item.id.startswith(f"{name}:")]
+            refusal.append(pct(sum(not stands_by(engine, r) for r in of), len(of)))
+        cells = [
+            *refusal,
+            pct(sum(stands_by(engine, r) for r in withheld), len(withheld)),
+            pct(sum(r.right for r in withheld), len(withheld)),
+            pct(sum(r.right for r in answerable), len(answerable)),
+            pct(sum(stands_by(engine, r) for r in answerable), len(answerable)),
+        ]
+        lines.append(f"| {engine.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def withheld_section(size: int = WITHHELD, names: list[str] | None = None) -> list[str]:
+    chosen, notes = withheld_runs(size, names)
+    return [
+        "### Questions whose gold passages are withheld",
+        "",
+        "HotpotQA and MuSiQue questions asked with their gold passages deleted from a copy of "
+        "the dataset's knowledge base (the standard construction of questions the documents "
+        "cannot answer; the distractors stay), beside as many answerable questions of the same "
+        "datasets over the same copy (none shares a gold passage with a withheld one), all "
+        "outside calibrate_offline.py's fit (HotpotQA: bench_eval.py's sample, yes/no questions "
+        "left out; MuSiQue: the whole questions, whose single-hop sub-questions it fits on). "
+        + "; ".join(notes)
+        + ". An answer is right when it contains a gold answer (normalised as SQuAD does); on "
+        "a withheld question any confident answer counts as wrong, even one that contains the "
+        "gold answer (the column says how often that happened). Confident: a converged or "
+        "answered stop; for one search, an answer it does not hedge (chance >= 0.5).",
+        "",
+        *withheld_table(chosen),
+        "",
+        "The withheld and answerable questions together, as selective answering:",
+        "",
+        *selective_table(chosen),
+        "",
+        *threshold_table(chosen),
+    ]
+
+
 # -- the section -------------------------------------------------------------------------------
 
 
@@ -376,7 +599,18 @@ def run() -> str:
             "",
             *reliability(chosen[1].runs),
             "",
+            "### Answering only when likely right: risk and coverage",
+            "",
+            "The same runs, each engine as a selective answerer (`ragloop eval` reports the same "
+            "figures, `ragloop.evaluation.selective`). " + SELECTIVE_NOTE,
+            "",
+            *selective_table(chosen),
+            "",
+            *threshold_table(chosen),
+            "",
             *hotpot_section(),
+            "",
+            *withheld_section(),
         ]
     )
 
@@ -388,7 +622,18 @@ def main() -> None:
     parser.add_argument("--engines", default="", help="comma-separated engine name prefixes")
     parser.add_argument("--failures", action="store_true", help="list what each engine got wrong")
     parser.add_argument("--model", help="a model spec: run the LLM components")
+    parser.add_argument(
+        "--withheld",
+        type=int,
+        metavar="N",
+        default=0,
+        help="only the withheld-passage set: N withheld and N answerable questions a dataset",
+    )
     args = parser.parse_args()
+    prefixes = [p.strip().lower() for p in args.engines.split(",") if p.strip()]
+    if args.withheld:
+        print("\n".join(withheld_section(args.withheld, prefixes)))
+        return
     kb = pydocs_knowledge_base(args.kb)
     items = pydocs_items()[: args.limit or None]
     model = None
@@ -397,13 +642,14 @@ def main() -> None:
 
         model = resolve_model(args.model)
     chosen = engines(kb, model)
-    if args.engines:
-        prefixes = [p.strip().lower() for p in args.engines.split(",")]
+    if prefixes:
         chosen = [e for e in chosen if any(e.name.lower().startswith(p) for p in prefixes)]
     for engine in chosen:
         print(f"  {engine.name} ...", file=sys.stderr, flush=True)
         measure(kb, engine, items)
     print("\n".join(table(chosen)))
+    print("\n" + "\n".join(selective_table(chosen)))
+    print("\n" + "\n".join(threshold_table(chosen)))
     for engine in chosen:
         if any(r.score is not None for r in engine.runs):
             print(f"\n{engine.name}: score against right\n" + "\n".join(reliability(engine.runs)))

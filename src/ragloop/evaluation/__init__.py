@@ -7,5 +7,8 @@
 - ``harness.py``: every configuration on every question, at equal k;
 - ``metrics.py``: retrieval (recall, MRR, nDCG) and answers (exact match, F1); ``stats.py``:
   paired significance tests;
-- ``report.py``: a markdown table, JSON and a chart of recall against k.
+- ``selective.py``: answering only when likely right: the risk-coverage curve, AURC, precision
+  at a target, refusal precision and recall, and a calibration checked in-sample and
+  cross-validated;
+- ``report.py``: markdown tables, JSON and a chart of recall against k (and risk-coverage).
 """

@@ -1,6 +1,8 @@
 """Ready-made configurations: a knowledge base built from a dataset's pool, one-shot retrieval
 in each mode, and the loops over it. Retrieval calls are counted by the knowledge base itself
-(``kb.searches``), which every retriever and router searches through."""
+(``kb.searches``), which every retriever and router searches through. The answering loops
+report how likely each answer is to be right and whether they stand by it
+(:func:`answer_chance`), for the selective figures."""
 
 from __future__ import annotations
 
@@ -117,6 +119,22 @@ def answered_by(result: LoopResult) -> LoopIteration | None:
     return result.best_iteration
 
 
+CONFIDENT = frozenset({StopReason.CONVERGED, StopReason.ANSWERED})
+
+
+def answer_chance(result: Any) -> tuple[float | None, float | None, bool]:
+    """A loop result's (probability, evaluator score, confident): the chance that its answer
+    is right (the result's calibrated ``probability`` when it has one, else the score of the
+    iteration the answer came from), the evaluator's own score of that answer, and whether the
+    run stands by the answer (the result's ``confident``, else a converged or answered
+    stop)."""
+    answered = answered_by(result) if isinstance(result, LoopResult) else None
+    score = answered.evaluation.score if answered is not None else None
+    probability = getattr(result, "probability", None)
+    confident = getattr(result, "confident", result.stop_reason in CONFIDENT)
+    return (probability if probability is not None else score), score, bool(confident)
+
+
 class RAGLoopConfiguration:
     """``RAGLoop.offline(kb, **config)`` (with ``model=``, the LLM components): its answer,
     and as evidence every chunk its iterations retrieved, each at the best rank it reached in
@@ -151,6 +169,7 @@ class RAGLoopConfiguration:
                     best[chunk.id] = ((rank, turn), chunk)
         evidence = [chunk for _, chunk in sorted(best.values(), key=lambda item: item[0])]
         usage = result.usage
+        probability, score, confident = answer_chance(result)
         return Outcome(
             ranked=ranked_passages(evidence)[:DEPTH],
             answer=strip_citations(result.answer),
@@ -158,6 +177,9 @@ class RAGLoopConfiguration:
             llm_calls=(self.model.calls if self.model else 0) - calls,
             tokens=usage.total_tokens if usage else 0,
             iterations=result.iterations,
+            probability=probability,
+            confident=confident,
+            score=score,
         )
 
 
@@ -177,6 +199,7 @@ class AgentLoopConfiguration:
         before, calls = self.kb.searches, self.model.calls if self.model else 0
         result = self.loop.run(question)
         usage = result.usage
+        probability, _, confident = answer_chance(result)
         return Outcome(
             ranked=ranked_passages(result.chunks)[:DEPTH],
             answer=strip_citations(result.answer) if result.answer is not None else None,
@@ -184,7 +207,20 @@ class AgentLoopConfiguration:
             llm_calls=(self.model.calls if self.model else 0) - calls,
             tokens=usage.total_tokens if usage else 0,
             iterations=result.iterations,
+            probability=probability,
+            confident=confident and result.answer is not None,
         )
+
+
+def evaluator_name(configuration: object) -> str:
+    """What scores a configuration's answers, as a :class:`~ragloop.components.calibration.
+    Calibration` records it: ``heuristic``, ``llm``, another evaluator's class name, or ``any``
+    when the configuration does not say."""
+    evaluator = getattr(getattr(configuration, "loop", None), "evaluator", None)
+    if evaluator is None:
+        return "any"
+    name = type(evaluator).__name__
+    return {"HeuristicEvaluator": "heuristic", "LLMEvaluator": "llm"}.get(name, name)
 
 
 ENGINES = ("bm25", "dense", "hybrid", "retrieval", "rag", "agent")

@@ -37,13 +37,15 @@ class EvalPassage(BaseModel):
 class EvalQuestion(BaseModel):
     """A question, its acceptable answers and its gold passage ids (in hop order when known).
     ``kind`` is the question type when the dataset says or implies it (``comparison``,
-    ``bridge``, ``2hop``, ...)."""
+    ``bridge``, ``2hop``, ...). ``answerable`` is False for a question the documents do not
+    answer (no gold passage, no gold answer: any answer to it is wrong, a refusal right)."""
 
     id: str
     question: str
     answers: list[str] = Field(default_factory=list)
     gold: list[str]
     kind: str | None = None
+    answerable: bool = True
 
 
 class EvalDataset(BaseModel):
@@ -212,21 +214,27 @@ def load_simple(
     rows: Iterable[dict[str, Any]], corpus: Iterable[dict[str, Any]], name: str = "jsonl"
 ) -> EvalDataset:
     """``{"question", "answers", "gold": [corpus ids]}`` lines over a ``{"id", "title", "text"}``
-    corpus."""
+    corpus; ``"answerable": false`` marks a question the corpus does not answer (``"gold": []``,
+    no answers)."""
     pool = Pool()
     ids = {str(p["id"]): pool.add(p.get("title", ""), p["text"]) for p in corpus}
     questions = []
     for n, row in enumerate(rows):
-        missing = [g for g in row["gold"] if str(g) not in ids]
+        answerable = row.get("answerable", True)
+        if not isinstance(answerable, bool):
+            raise DatasetError(f"question {n}: answerable must be true or false")
+        gold = row["gold"] if answerable else row.get("gold", [])
+        missing = [g for g in gold if str(g) not in ids]
         if missing:
             raise DatasetError(f"question {n}: gold ids {missing} are not in the corpus")
         questions.append(
             EvalQuestion(
                 id=str(row.get("id", n)),
                 question=row["question"],
-                answers=list(row.get("answers", [])),
-                gold=[ids[str(g)] for g in row["gold"]],
+                answers=list(row.get("answers", [])) if answerable else [],
+                gold=[ids[str(g)] for g in gold] if answerable else [],
                 kind=row.get("kind"),
+                answerable=answerable,
             )
         )
     return EvalDataset(name=name, questions=questions, passages=pool.passages)

@@ -4,6 +4,11 @@ A configuration answers a question (the text only; gold fields never reach it) w
 :class:`Outcome`: the passage ids it found, best first, and what it cost. The harness scores every
 outcome with the same metrics, aggregates them per configuration and per question kind, and
 tests each configuration against the baseline with paired tests on the same questions.
+
+A configuration that says how likely each answer is to be right (``Outcome.probability``) is
+also scored as a selective answerer (:mod:`ragloop.evaluation.selective`): on the questions with
+gold answers and those the documents cannot answer, its risk-coverage curve, AURC, the precision
+and coverage of its answers at the target precision, and refusal precision and recall.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ragloop.evaluation.metrics import (
     passage_recall,
     recall_all,
 )
+from ragloop.evaluation.selective import DEFAULT_TARGET, Judged, SelectiveMetrics, selective_metrics
 from ragloop.evaluation.stats import Comparison, compare
 
 DEFAULT_KS = (2, 5, 10, 20)
@@ -34,7 +40,14 @@ COMPARED = ("recall_all@5", "recall_all@10", "ndcg@10", "f1")
 
 
 class Outcome(BaseModel):
-    """What a configuration returned for one question."""
+    """What a configuration returned for one question.
+
+    ``probability``: the chance that ``answer`` is right, when the configuration knows it (a
+    loop's calibrated probability, else its evaluator's score); ``confident``: whether the
+    configuration stands by the answer (a loop that converged, an agent that answered; None:
+    when ``probability`` reaches the target precision); ``score``: the evaluator's own score,
+    before any calibration (what ``ragloop eval --calibrate`` fits a calibration on).
+    """
 
     ranked: list[str]
     answer: str | None = None
@@ -42,6 +55,9 @@ class Outcome(BaseModel):
     llm_calls: int = 0
     tokens: int = 0
     iterations: int | None = None
+    probability: float | None = Field(default=None, ge=0.0, le=1.0)
+    confident: bool | None = None
+    score: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 @runtime_checkable
@@ -84,10 +100,16 @@ class QuestionResult(BaseModel):
     llm_calls: int
     tokens: int
     iterations: int | None = None
+    probability: float | None = None
+    confident: bool | None = None
+    score: float | None = None
+    right: bool | None = None  # the answer contains a gold answer (None: nothing to judge by)
 
 
 class Summary(BaseModel):
-    """One configuration's means over the questions, and its cost."""
+    """One configuration's means over the questions, and its cost; ``selective``: its
+    selective answering, when it gives each answer a probability and the dataset has gold
+    answers."""
 
     name: str
     baseline: bool
@@ -100,11 +122,13 @@ class Summary(BaseModel):
     llm_calls: float
     tokens: float
     iterations: float | None = None
+    selective: SelectiveMetrics | None = None
 
 
 class EvalReport(BaseModel):
     dataset: str
     ks: list[int]
+    target_precision: float = DEFAULT_TARGET
     summaries: list[Summary]
     comparisons: list[Comparison]
     results: dict[str, list[QuestionResult]]
@@ -116,9 +140,24 @@ class EvalReport(BaseModel):
         return next(c for c in self.comparisons if c.candidate == candidate and c.metric == metric)
 
 
+def is_right(question: EvalQuestion, answer: str | None) -> bool | None:
+    """Whether the answer contains a gold answer (normalised as SQuAD does: the harness's
+    ``answer_in_prediction``); never, to a question the documents cannot answer; None when the
+    question has no gold answer to judge by."""
+    if not question.answerable:
+        return False
+    if not question.answers:
+        return None
+    return answer is not None and answer_contains(answer, question.answers) == 1.0
+
+
 def score(question: EvalQuestion, outcome: Outcome, ks: Sequence[int]) -> dict[str, float]:
+    """The question's retrieval and answer metrics (none for a question the documents cannot
+    answer: it has no gold passage to find and no answer to match)."""
     ranked, gold = outcome.ranked, question.gold
     metrics: dict[str, float] = {}
+    if not question.answerable:
+        return metrics
     for k in ks:
         metrics[f"recall_all@{k}"] = recall_all(ranked, gold, k)
         metrics[f"passage_recall@{k}"] = passage_recall(ranked, gold, k)
@@ -142,7 +181,32 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[int(q * (len(ordered) - 1))] if ordered else 0.0
 
 
-def _summarise(name: str, baseline: bool, results: list[QuestionResult]) -> Summary:
+def judged(results: Sequence[QuestionResult], answerable: dict[str, bool]) -> list[Judged]:
+    """The results as :class:`~ragloop.evaluation.selective.Judged` answers: those whose
+    rightness is known (gold answers, or a question the documents cannot answer), a result
+    without an answer read as chance 0, not stood by. Empty when no result has a
+    probability."""
+    if not any(r.probability is not None for r in results):
+        return []
+    return [
+        Judged(
+            probability=r.probability if r.probability is not None else 0.0,
+            right=r.right,
+            answerable=answerable.get(r.question_id, True),
+            confident=False if r.answer is None else r.confident,
+        )
+        for r in results
+        if r.right is not None
+    ]
+
+
+def _summarise(
+    name: str,
+    baseline: bool,
+    results: list[QuestionResult],
+    answers: Sequence[Judged] = (),
+    target: float = DEFAULT_TARGET,
+) -> Summary:
     by_kind: dict[str, list[dict[str, float]]] = {}
     for result in results:
         by_kind.setdefault(result.kind or "all", []).append(result.metrics)
@@ -160,6 +224,7 @@ def _summarise(name: str, baseline: bool, results: list[QuestionResult]) -> Summ
         llm_calls=statistics.fmean(r.llm_calls for r in results) if results else 0,
         tokens=statistics.fmean(r.tokens for r in results) if results else 0,
         iterations=statistics.fmean(iterations) if iterations else None,
+        selective=selective_metrics(answers, target) if answers else None,
     )
 
 
@@ -170,12 +235,18 @@ def evaluate(
     ks: Sequence[int] = DEFAULT_KS,
     baseline: str | None = None,
     on_progress: Callable[[str, int, int], Any] | None = None,
+    target_precision: float = DEFAULT_TARGET,
 ) -> EvalReport:
     """Run every configuration on every question and compare each with the baseline.
 
     ``baseline`` names the configuration to compare against; by default the one-shot
     configuration (``baseline=True``) with the best recall of all gold at 5.
+    ``target_precision`` is where the selective figures are read (the precision and coverage
+    of the answers whose probability reaches it; refusals, for a configuration that does not
+    say whether it stands by an answer).
     """
+    if not 0.0 <= target_precision <= 1.0:
+        raise ValueError(f"target_precision must be in [0, 1], got {target_precision!r}")
     results: dict[str, list[QuestionResult]] = {}
     total = len(dataset.questions)
     for configuration in configurations:
@@ -198,12 +269,26 @@ def evaluate(
                     llm_calls=outcome.llm_calls,
                     tokens=outcome.tokens,
                     iterations=outcome.iterations,
+                    probability=outcome.probability,
+                    confident=outcome.confident,
+                    score=outcome.score,
+                    right=is_right(question, outcome.answer),
                 )
             )
         results[configuration.name] = rows
         if on_progress:
             on_progress(configuration.name, total, total)
-    summaries = [_summarise(c.name, c.baseline, results[c.name]) for c in configurations]
+    answerable = {q.id: q.answerable for q in dataset.questions}
+    summaries = [
+        _summarise(
+            c.name,
+            c.baseline,
+            results[c.name],
+            judged(results[c.name], answerable),
+            target_precision,
+        )
+        for c in configurations
+    ]
     reference = baseline or _best_baseline(summaries)
     comparisons = []
     if reference is not None:
@@ -211,10 +296,14 @@ def evaluate(
         for summary in summaries:
             if summary.name == reference:
                 continue
-            for metric in COMPARED:
-                base = [r.metrics.get(metric) for r in base_rows]
-                cand = [r.metrics.get(metric) for r in results[summary.name]]
-                if any(v is None for v in [*base, *cand]):
+            for metric in COMPARED:  # on the questions that have an answer
+                base = [r.metrics.get(metric) for r in base_rows if answerable[r.question_id]]
+                cand = [
+                    r.metrics.get(metric)
+                    for r in results[summary.name]
+                    if answerable[r.question_id]
+                ]
+                if not base or any(v is None for v in [*base, *cand]):
                     continue
                 comparisons.append(
                     compare(metric, reference, base, summary.name, cand)  # type: ignore[arg-type]
@@ -222,6 +311,7 @@ def evaluate(
     return EvalReport(
         dataset=dataset.name,
         ks=list(ks),
+        target_precision=target_precision,
         summaries=summaries,
         comparisons=comparisons,
         results=results,

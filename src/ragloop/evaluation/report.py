@@ -1,4 +1,5 @@
-"""Reports of an evaluation: a markdown table, JSON, and a PNG chart of recall against k."""
+"""Reports of an evaluation: markdown tables, JSON, and a PNG chart of recall against k (with
+the risk-coverage curves beside it when configurations give their answers a probability)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,13 @@ def markdown_table(report: EvalReport) -> str:
     for s in report.summaries:
         m = s.metrics
         cells = [s.name + (" (baseline)" if s.baseline else "")]
-        cells += [f"{m[f'recall_all@{k}']:.3f} ({m[f'passage_recall@{k}']:.3f})" for k in report.ks]
-        cells += [f"{m['mrr_first']:.3f}", f"{m['mrr_last']:.3f}", f"{m['ndcg@10']:.3f}"]
+        if f"recall_all@{report.ks[0]}" in m:
+            cells += [
+                f"{m[f'recall_all@{k}']:.3f} ({m[f'passage_recall@{k}']:.3f})" for k in report.ks
+            ]
+            cells += [f"{m['mrr_first']:.3f}", f"{m['mrr_last']:.3f}", f"{m['ndcg@10']:.3f}"]
+        else:  # no question with gold passages to score
+            cells += ["-"] * (len(report.ks) + 3)
         if has_answers:
             cells += [f"{m.get('em', 0):.3f}", f"{m.get('f1', 0):.3f}"]
         cells += [
@@ -29,6 +35,55 @@ def markdown_table(report: EvalReport) -> str:
             f"{s.tokens:.0f}",
             f"{s.latency_p50_ms:.1f}",
             f"{s.latency_p95_ms:.1f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def selective_table(report: EvalReport) -> str:
+    """One row per configuration that gives its answers a probability: the questions judged
+    (those the documents cannot answer among them), accuracy over all of them, AURC, the
+    precision and coverage of the answers at the report's target precision, confident but
+    wrong (over all questions), and refusal precision and recall. Empty when no configuration
+    has selective figures."""
+    rows = [s for s in report.summaries if s.selective is not None]
+    if not rows:
+        return ""
+    target = report.target_precision
+    head = [
+        "configuration",
+        "questions",
+        "accuracy",
+        "AURC",
+        f"precision @ {target:g}",
+        f"coverage @ {target:g}",
+        "confident but wrong",
+        "refusal precision",
+        "refusal recall",
+        "ECE",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in rows:
+        m = s.selective
+        assert m is not None
+        questions = f"{m.questions}" + (
+            f" ({m.unanswerable} unanswerable)" if m.unanswerable else ""
+        )
+        cells = [
+            s.name,
+            questions,
+            f"{m.accuracy:.3f}",
+            f"{m.aurc:.3f}",
+            _fraction(m.precision_at_target),
+            f"{m.coverage_at_target:.3f}",
+            f"{m.confident_but_wrong:.3f}",
+            _fraction(m.refusal_precision),
+            _fraction(m.refusal_recall),
+            f"{m.ece:.3f}",
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -60,8 +115,11 @@ def kind_table(report: EvalReport, metric: str = "recall_all@5") -> str:
 
 
 def recall_chart(report: EvalReport, path: str | Path, *, title: str | None = None) -> Path:
-    """A PNG of recall of all gold passages against k, one line per configuration (needs the
-    ``eval`` extra: matplotlib)."""
+    """A PNG of recall of all gold passages against k, one line per configuration, and, when
+    any configuration gives its answers a probability, a second panel beside it: each such
+    configuration's risk-coverage curve (the accuracy of the answers given against the share of
+    questions answered, as the threshold on the probability falls). Needs the ``eval`` extra:
+    matplotlib."""
     try:
         import matplotlib
 
@@ -69,9 +127,13 @@ def recall_chart(report: EvalReport, path: str | Path, *, title: str | None = No
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("the chart needs the eval extra: pip install 'ragloop[eval]'") from None
-    figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
+    selective = [s for s in report.summaries if s.selective is not None]
+    if selective:
+        figure, (axes, curves) = plt.subplots(1, 2, figsize=(13, 4.5), dpi=120)
+    else:
+        figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
     for s in report.summaries:
-        values = [s.metrics[f"recall_all@{k}"] for k in report.ks]
+        values = [s.metrics.get(f"recall_all@{k}", 0.0) for k in report.ks]
         axes.plot(
             report.ks, values, marker="o", linestyle="--" if s.baseline else "-", label=s.name
         )
@@ -82,6 +144,24 @@ def recall_chart(report: EvalReport, path: str | Path, *, title: str | None = No
     axes.grid(alpha=0.3)
     axes.set_title(title or f"{report.dataset}: recall@k")
     axes.legend(fontsize=8)
+    if selective:
+        for s in selective:
+            m = s.selective
+            assert m is not None
+            curves.plot(
+                [point.coverage for point in m.curve],
+                [point.accuracy for point in m.curve],
+                marker="." if len(m.curve) < 60 else None,
+                linestyle="--" if s.baseline else "-",
+                label=f"{s.name} (AURC {m.aurc:.3f})",
+            )
+        curves.set_xlabel("coverage (share of questions answered)")
+        curves.set_ylabel("accuracy of the answers given")
+        curves.set_xlim(0, 1)
+        curves.set_ylim(0, 1.02)
+        curves.grid(alpha=0.3)
+        curves.set_title(f"{report.dataset}: risk-coverage")
+        curves.legend(fontsize=8)
     figure.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
