@@ -137,6 +137,9 @@ def render_answer(
     return Panel(Group(*parts, footer), title=title, title_align="left", border_style=colour)
 
 
+PART_CHARS = 100  # a part of the question shown in a gap report
+
+
 def render_gaps(gaps: EvidenceGaps) -> Text:
     """What was found and what was not: each part of the question with the source that covers
     it, the words no document has, the nearest misses and the searches tried."""
@@ -144,11 +147,11 @@ def render_gaps(gaps: EvidenceGaps) -> Text:
     for part in gaps.parts:
         if part.found:
             text.append("found      ", "green")
-            text.append(printable(part.part.rstrip("?")))
+            text.append(_clip(part.part.rstrip("?"), PART_CHARS))
             text.append(f"  in {printable(part.source or '')}\n", "dim")
         else:
             text.append("not found  ", "red")
-            text.append(printable(part.part.rstrip("?")) + "\n")
+            text.append(_clip(part.part.rstrip("?"), PART_CHARS) + "\n")
     if gaps.missing_terms:
         terms = ", ".join(printable(t) for t in gaps.missing_terms[:6])
         text.append("no chunk mentions  ", "dim")

@@ -180,8 +180,10 @@ def eval_command(
     calibration_method: str,
 ) -> None:
     """Compare one-shot retrieval with the loops on DATASET (HotpotQA, IRCoT, MuSiQue, BEIR or
-    simple JSONL), at equal k, with paired significance tests; and the answering loops as
-    selective answerers (risk-coverage, AURC, precision at the target, refusals)."""
+    simple JSONL), at equal k, with paired significance tests.
+
+    The answering loops are also scored as selective answerers: risk-coverage, AURC, precision
+    at the target precision, refusals."""
     if chart is not None and importlib.util.find_spec("matplotlib") is None:
         raise InputError(
             "--chart needs matplotlib: pip install 'ragloop[eval]' (or leave --chart out)"
