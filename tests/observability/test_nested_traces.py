@@ -11,7 +11,7 @@ from ragloop import (
     TraceStore,
     set_trace_content,
 )
-from ragloop.observability.traces import summarize, trace_steps
+from ragloop.observability.trace_reading import summarize, trace_steps
 from ragloop.testing import HashEmbedder
 
 

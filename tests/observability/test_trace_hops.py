@@ -15,7 +15,7 @@ from ragloop.cli import main as cli
 from ragloop.cli.common import open_traces
 from ragloop.observability import set_trace_content
 from ragloop.observability.report_html import render_html
-from ragloop.observability.traces import trace_steps
+from ragloop.observability.trace_reading import trace_steps
 
 QUESTION = "How much does tent 3 weigh and who makes tent 7?"
 HOP = re.compile(r"<li class='hop'>hop (\d+): <code>(.*?)</code> (\d+) chunk\(s\)")

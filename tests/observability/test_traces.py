@@ -17,7 +17,8 @@ from ragloop import (
     set_trace_content,
 )
 from ragloop.observability.report_html import render_html
-from ragloop.observability.traces import trace_steps, traces_path_for
+from ragloop.observability.trace_reading import trace_steps
+from ragloop.observability.traces import traces_path_for
 from ragloop.testing import InMemoryRetriever
 from tests.observability.conftest import stored_text
 

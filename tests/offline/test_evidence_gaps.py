@@ -86,3 +86,13 @@ def test_the_offline_agent_answers_at_the_target_it_is_given(shop):
     assert strict.stop_reason is StopReason.GAVE_UP
     assert strict.gaps is not None
     assert strict.target_precision == 0.95
+
+
+def test_a_part_with_a_word_no_document_uses_is_not_found(shop):
+    """Half a part's words in an answer's claim do not answer it when the rest are names no
+    document uses: "bitcoin wallet" is not covered by a sentence about how to pay."""
+    question = "How long do I have to return an item, and which bitcoin wallet do you accept?"
+    gaps = RAGLoop.offline(shop).run(question).gaps
+    assert gaps is not None
+    assert [p.found for p in gaps.parts] == [True, False]
+    assert "bitcoin" in gaps.missing_terms

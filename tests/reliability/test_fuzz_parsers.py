@@ -38,7 +38,8 @@ from ragloop.engines.tools import MAX_LIMIT, CollectionScope, SearchRequest, sea
 from ragloop.kb.ingest.discover import SkipFile, load_file
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.report_html import render_html
-from ragloop.observability.traces import TraceRecord, TraceStore, trace_steps
+from ragloop.observability.trace_reading import trace_steps
+from ragloop.observability.traces import TraceRecord, TraceStore
 from ragloop.providers.anthropic import AnthropicModel
 from ragloop.providers.openai_compat import OpenAICompatibleModel
 from ragloop.providers.tools import parse_arguments, parse_text_tool_calls

@@ -28,7 +28,8 @@ from ragloop.core.records.agent import AgentResult
 from ragloop.core.records.rag import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
 from ragloop.kb.knowledge_base import KnowledgeBase
-from ragloop.observability.traces import TraceRecorder, summarize
+from ragloop.observability.trace_reading import summarize
+from ragloop.observability.traces import TraceRecorder
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 

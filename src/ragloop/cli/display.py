@@ -17,7 +17,8 @@ from ragloop.cli.tables import cell, printable, shorten
 from ragloop.core.records import StopReason
 from ragloop.core.records.gaps import EvidenceGaps
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.observability.traces import TraceRecord, TraceStep, summarize, trace_steps
+from ragloop.observability.trace_reading import TraceStep, summarize, trace_steps
+from ragloop.observability.traces import TraceRecord
 
 SHOWN_CHUNKS = 3
 QUERY_CHARS = 300  # of a query or question in a step or heading; traces and --json hold it all

@@ -18,7 +18,7 @@ from ragloop.components.heuristics.judging import (
     AnswerJudge,
     answer_probability,
 )
-from ragloop.components.heuristics.questions import QuestionProfile, profile
+from ragloop.components.heuristics.questions import QuestionProfile, is_generic, profile
 from ragloop.components.llm.fitting import ask_fitted, cut_text, fit_chunk_prompt
 from ragloop.components.llm.prompts import evaluator_prompt, fence_chunk
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
@@ -28,6 +28,7 @@ from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Chunk
 from ragloop.core.records.gaps import QUOTE_CHARS, EvidenceGaps, GapPart
 from ragloop.core.records.rag import EvaluationResult
+from ragloop.core.text import content_stems, stem
 
 UNPARSEABLE_PREFIX = "Evaluator returned unparseable response"
 
@@ -196,10 +197,14 @@ class HeuristicEvaluator:
         asked = profile(query)
         found = self.analyst.analyse(asked, chunks, answer) if chunks else Analysis()
         parts = asked.parts if asked.is_multi_part else [query]
+        # a word the documents never use, nothing standing for it, leaves its part unanswered
+        absent = {stem(t) for t in found.unresolved if t in found.foreign and not is_generic(t)}
         gaps = []
         for index, part in enumerate(parts):
             covered = found.part_sources.get(index)
             if not asked.is_multi_part and not found.complete:
+                covered = None
+            if absent & content_stems(part):
                 covered = None
             if covered is None:
                 gaps.append(GapPart(part=part, found=False))

@@ -15,7 +15,8 @@ from html import escape
 
 from ragloop.core.records import StopReason
 from ragloop.observability.events import EventKind
-from ragloop.observability.traces import TraceRecord, TraceStep, summarize, trace_steps
+from ragloop.observability.trace_reading import TraceStep, summarize, trace_steps
+from ragloop.observability.traces import TraceRecord
 
 _CSS = """
 :root { --ink:#1d2433; --muted:#5b6475; --line:#e3e6ec; --bg:#fafbfc; --card:#fff;
