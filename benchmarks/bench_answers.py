@@ -64,6 +64,7 @@ from ragloop.evaluation.selective import (
     at_target,
     aurc,
     expected_calibration_error,
+    held_out_at_target,
     refusal_scores,
 )
 from ragloop.offline import answered_retrieval_loop
@@ -111,6 +112,7 @@ class Run:
     retrievals: int
     seconds: float
     normalised: bool = False  # right: a gold answer in the answer as SQuAD normalises both
+    iterations: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def right(self) -> bool:
@@ -131,6 +133,7 @@ class Answer:
     confident: bool
     chunks: list[Chunk]
     score: float | None = None
+    iterations: list[dict[str, Any]] = field(default_factory=list)  # a loop's, for --dump
 
 
 @dataclass
@@ -198,6 +201,20 @@ def page_of(source: str) -> str:
 # -- engines -----------------------------------------------------------------------------------
 
 
+def iteration_records(result: Any) -> list[dict[str, Any]]:
+    """Each iteration of a loop's run in short (for ``--dump``): its judge's score and answer,
+    and whether the run's answer came from it."""
+    answered = answered_by(result)
+    return [
+        {
+            "score": it.evaluation.score,
+            "answer": strip_citations(it.answer),
+            "answered": it is answered,
+        }
+        for it in result.trace
+    ]
+
+
 def engines(kb: KnowledgeBase, model: Any = None) -> list[Engine]:
     generator = ExtractiveGenerator(corpus=kb)
     rag = RAGLoop.offline(kb, model=model)
@@ -215,7 +232,7 @@ def engines(kb: KnowledgeBase, model: Any = None) -> list[Engine]:
             answered = answered_by(result)
             chunks = answered.chunks if answered else []
             chance, _, confident = answer_chance(result)  # calibrated, else the judge's score
-            return Answer(result.answer, confident, chunks, chance)
+            return Answer(result.answer, confident, chunks, chance, iteration_records(result))
 
         return run
 
@@ -248,6 +265,7 @@ def measure(kb: KnowledgeBase, engine: Engine, items: list[Item]) -> None:
                 pages,
                 kb.searches - before,
                 seconds,
+                iterations=out.iterations,
             )
         )
 
@@ -343,6 +361,7 @@ def selective_table(chosen: list[Engine]) -> list[str]:
     precision and coverage at the default target, refusal precision and recall, ECE."""
     head = ["AURC", *(f"accuracy @ {c:.0%} answered" for c in COVERAGES)]
     head += [f"precision @ {DEFAULT_TARGET:g}", f"answered @ {DEFAULT_TARGET:g}"]
+    head += [f"precision @ {DEFAULT_TARGET:g}, own calibration", "answered, own calibration"]
     head += ["refusal precision", "refusal recall", "ECE"]
     lines = ["| engine | " + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
     for engine in chosen:
@@ -355,6 +374,8 @@ def selective_table(chosen: list[Engine]) -> list[str]:
         cells = [f"{aurc(answers):.3f}"]
         cells += [fraction(accuracy_at_coverage(answers, c)) for c in COVERAGES]
         cells += [fraction(point.precision), fraction(point.coverage)]
+        own = held_out_at_target(answers, DEFAULT_TARGET)
+        cells += [fraction(own.precision), fraction(own.coverage)]
         cells += [fraction(refusals.precision), fraction(refusals.recall)]
         cells.append(f"{expected_calibration_error(answers):.3f}")
         lines.append(f"| {engine.name} | " + " | ".join(cells) + " |")
@@ -391,7 +412,11 @@ SELECTIVE_NOTE = (
     f"chance below {DEFAULT_TARGET:g}, where the table above counts it confident); refusal "
     "precision: the share of refusals whose answer was not right, refusal recall: the share of "
     "answers not right that were refused. An answer to a question the documents do not answer "
-    "is never right. ECE: the expected calibration error (10 bins)."
+    "is never right. ECE: the expected calibration error (10 bins). Own calibration: the "
+    f"precision and share answered at {DEFAULT_TARGET:g} when each answer's chance comes from a "
+    "`selective` calibration (`ragloop eval --calibrate`) fitted on the engine's other answers "
+    "to these questions (5 folds, 3 shuffles, pooled): what a user who labels questions like "
+    "these gets on the next ones."
 )
 
 
@@ -492,6 +517,7 @@ def withheld_runs(size: int, names: list[str] | None = None) -> tuple[list[Engin
                 seconds = time.perf_counter() - started
                 text = strip_citations(out.text)
                 run = Run(item, text, out.confident, out.score, [], 0, seconds, normalised=True)
+                run.iterations = out.iterations
                 engine.runs.append(run)
             kept = gathered.setdefault(engine.name, engine)
             if kept is not engine:
@@ -526,8 +552,12 @@ def withheld_table(chosen: list[Engine]) -> list[str]:
     return lines
 
 
-def withheld_section(size: int = WITHHELD, names: list[str] | None = None) -> list[str]:
+def withheld_section(
+    size: int = WITHHELD, names: list[str] | None = None, dump: Path | None = None
+) -> list[str]:
     chosen, notes = withheld_runs(size, names)
+    if dump:
+        write_runs(dump, chosen)
     return [
         "### Questions whose gold passages are withheld",
         "",
@@ -554,6 +584,26 @@ def withheld_section(size: int = WITHHELD, names: list[str] | None = None) -> li
 
 
 # -- the section -------------------------------------------------------------------------------
+
+
+def write_runs(path: Path, chosen: list[Engine]) -> None:
+    """Every engine's runs, one JSON object a line (``--dump``): to study the scores (a
+    calibration, a ranking) without running the engines again."""
+    with path.open("w", encoding="utf-8") as out:
+        for engine in chosen:
+            for r in engine.runs:
+                row = {
+                    "engine": engine.name,
+                    "id": r.item.id,
+                    "kind": r.item.kind,
+                    "question": r.item.question,
+                    "answer": r.answer,
+                    "score": r.score,
+                    "right": r.right,
+                    "confident": r.confident,
+                    "iterations": r.iterations,
+                }
+                out.write(json.dumps(row) + "\n")
 
 
 def pydocs_runs(kb: KnowledgeBase, items: list[Item], model: Any = None) -> list[Engine]:
@@ -622,6 +672,7 @@ def main() -> None:
     parser.add_argument("--engines", default="", help="comma-separated engine name prefixes")
     parser.add_argument("--failures", action="store_true", help="list what each engine got wrong")
     parser.add_argument("--model", help="a model spec: run the LLM components")
+    parser.add_argument("--dump", type=Path, help="write every run to this JSON-lines file")
     parser.add_argument(
         "--withheld",
         type=int,
@@ -632,7 +683,7 @@ def main() -> None:
     args = parser.parse_args()
     prefixes = [p.strip().lower() for p in args.engines.split(",") if p.strip()]
     if args.withheld:
-        print("\n".join(withheld_section(args.withheld, prefixes)))
+        print("\n".join(withheld_section(args.withheld, prefixes, args.dump)))
         return
     kb = pydocs_knowledge_base(args.kb)
     items = pydocs_items()[: args.limit or None]
@@ -647,6 +698,8 @@ def main() -> None:
     for engine in chosen:
         print(f"  {engine.name} ...", file=sys.stderr, flush=True)
         measure(kb, engine, items)
+    if args.dump:
+        write_runs(args.dump, chosen)
     print("\n".join(table(chosen)))
     print("\n" + "\n".join(selective_table(chosen)))
     print("\n" + "\n".join(threshold_table(chosen)))

@@ -29,7 +29,7 @@ def test_a_fit_recovers_the_chance_behind_the_scores(method):
     assert fitted.accuracy == pytest.approx(sum(right) / len(right), abs=1e-3)
 
 
-@pytest.mark.parametrize("method", ["platt", "isotonic"])
+@pytest.mark.parametrize("method", ["platt", "isotonic", "selective"])
 def test_a_higher_score_never_means_a_lower_chance(method):
     scores, right = labelled(300, seed=3)
     fitted = Calibration.fit(scores, right, method=method)
@@ -37,7 +37,7 @@ def test_a_higher_score_never_means_a_lower_chance(method):
     assert chances == sorted(chances)
 
 
-@pytest.mark.parametrize("method", ["platt", "isotonic"])
+@pytest.mark.parametrize("method", ["platt", "isotonic", "selective"])
 def test_score_for_is_the_lowest_score_reaching_a_chance(method):
     fitted = Calibration.fit(*labelled(), method=method)
     threshold = fitted.score_for(0.6)
@@ -45,6 +45,51 @@ def test_score_for_is_the_lowest_score_reaching_a_chance(method):
     assert fitted.probability(max(threshold - 0.02, 0.0)) < 0.6
     if method == "platt":  # about 0.8 at a score of 1: 0.99 is never reached
         assert fitted.score_for(0.99) == 1.0
+
+
+def test_a_selective_fit_reads_a_score_as_the_precision_of_the_answers_at_least_as_sure():
+    scores, right = labelled()
+    fitted = Calibration.fit(scores, right, method="selective")
+    for score in (0.0, 0.3, 0.6, 0.9):
+        above = [r for s, r in zip(scores, right, strict=True) if s >= score]
+        # the true precision above s is the mean of 0.2 + 0.6 * u for u in [s, 1]
+        assert fitted.probability(score) == pytest.approx(0.5 + 0.3 * score, abs=0.05)
+        assert fitted.probability(score) == pytest.approx(sum(above) / len(above), abs=0.03)
+        share = len(above) / len(scores)  # the step's share: from its threshold, at or below s
+        assert share - 0.005 <= fitted.coverage(score) <= share + 0.1
+    assert Calibration.fit(scores, right, method="platt").coverage(0.5) is None
+
+
+def test_at_a_selective_threshold_the_answers_given_are_as_precise_as_the_target():
+    scores, right = labelled(4000, seed=11)
+    per_answer = Calibration.fit(scores, right, method="isotonic")
+    selective = Calibration.fit(scores, right, method="selective")
+    fresh_scores, fresh_right = labelled(4000, seed=12)
+
+    def precision(calibration: Calibration) -> float:
+        given = [
+            r
+            for s, r in zip(fresh_scores, fresh_right, strict=True)
+            if calibration.probability(s) >= 0.6
+        ]
+        return sum(given) / len(given)
+
+    assert precision(selective) == pytest.approx(0.6, abs=0.03)
+    assert precision(per_answer) > 0.65  # each answer at least even: the set overshoots
+
+
+def test_a_few_lucky_answers_at_the_top_do_not_let_a_high_target_through():
+    # three right answers score highest, then a wide band right a third of the time
+    scores = [0.99, 0.98, 0.97] + [0.9 - i / 100 for i in range(60)]
+    right = [True, True, True] + [i % 3 == 0 for i in range(60)]
+    fitted = Calibration.fit(scores, right, method="selective")
+    assert fitted.probability(0.99) < 0.6  # read from at least ten answers, not three
+    assert fitted.score_for(0.9) == 1.0  # no threshold is known to reach 0.9
+
+
+def test_a_selective_calibration_needs_a_coverage_per_step():
+    with pytest.raises(ValueError, match="coverage"):
+        Calibration(method="selective", thresholds=[0.0, 0.5], values=[0.4, 0.6], coverages=[1])
 
 
 def test_the_identity_takes_the_score_as_the_chance():

@@ -171,6 +171,29 @@ def test_eval_calibrate_writes_a_calibration_and_shows_it_in_sample_and_cross_va
     assert (tmp_path / "chart.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_eval_calibrate_fits_a_selective_calibration_by_default(tmp_path):
+    code, out = _eval(
+        str(ANSWERS),
+        "--corpus",
+        str(CORPUS),
+        "--embedder",
+        "none",
+        "--kb",
+        str(tmp_path / "kb.sqlite"),
+        "--engine",
+        "rag",
+        "--calibrate",
+        str(tmp_path / "calibration.json"),
+    )
+    assert code == 0, out
+    calibration = Calibration.load(tmp_path / "calibration.json")
+    assert calibration.method == "selective"
+    assert len(calibration.coverages) == len(calibration.thresholds)
+    assert calibration.coverages[0] == 1.0  # the lowest step answers every question
+    # the lowest step's precision is the share of all 11 answers that were right
+    assert calibration.values[0] == pytest.approx(calibration.accuracy, abs=1e-4)
+
+
 def test_eval_calibrate_refuses_what_it_cannot_fit_before_any_work(tmp_path):
     code, out = _eval(
         str(ANSWERS), "--corpus", str(CORPUS), "--engine", "bm25", "--calibrate", "c.json"

@@ -158,11 +158,13 @@ def _options_for(
 )
 @click.option(
     "--calibration-method",
-    type=click.Choice(["platt", "isotonic"]),
-    default="platt",
+    type=click.Choice(["selective", "platt", "isotonic"]),
+    default="selective",
     show_default=True,
-    help="platt: a logistic curve (two numbers, for a hundred questions or so); isotonic: a "
-    "monotone step function (needs more questions).",
+    help="selective: a score reads as the precision of the answers at least as sure, so a "
+    "target precision is the precision of the answers given; platt: the chance of each "
+    "answer, a logistic curve (two numbers); isotonic: the chance of each answer, a monotone "
+    "step function (needs more questions).",
 )
 def eval_command(
     dataset: Path,

@@ -7,10 +7,16 @@ MuSiQue questions, BENCHMARKS.md shows how far it holds on the Python docs); a u
 their own labelled questions (``ragloop eval ... --calibrate FILE``, or :meth:`Calibration.fit`)
 and points the engines at it (``calibration=``, ``[engine] calibration`` in ``ragloop.toml``).
 
-Two fits: ``platt`` (a logistic regression on the score: two numbers, smooth, what a hundred
-labelled questions support) and ``isotonic`` (a monotone step function: no shape
-assumed, needs more questions). Both keep the order of scores, so a higher score never means a
-lower chance.
+Three fits. Two read a score as the chance that *this* answer is right: ``platt`` (a logistic
+regression on the score: two numbers, smooth, what a hundred labelled questions support) and
+``isotonic`` (a monotone step function: no shape assumed, needs more questions). The third,
+``selective``, reads a score as the precision of *the answers at least this sure*: of the fitted
+answers scored at or above it, the share that was right. That is what a target precision asks
+for: with a per-answer chance, the answers whose chance reaches 0.5 are right more often than
+half the time (each is at least even, most are better), so their precision overshoots the
+target; with ``selective``, the answers a target of 0.5 lets through are right half the time on
+the fitted questions (Geifman and El-Yaniv's selection with guaranteed risk, without the
+bound). All three keep the order of scores, so a higher score never means a lower chance.
 """
 
 from __future__ import annotations
@@ -28,16 +34,20 @@ from pydantic import BaseModel, Field, model_validator
 from ragloop.core.errors import ConfigError
 from ragloop.core.files import write_atomic
 
-CalibrationMethod = Literal["identity", "platt", "isotonic"]
+CalibrationMethod = Literal["identity", "platt", "isotonic", "selective"]
+FitMethod = Literal["platt", "isotonic", "selective"]
 RIDGE = 1e-3  # a little weight decay keeps a Platt fit finite on separable data
+MIN_SUPPORT = 10  # answers a selective step's precision is read from, at the least
 
 
 class Calibration(BaseModel):
     """A map from an evaluator's score to the chance that the answer is right.
 
     - ``method``: ``identity`` (the score is the chance), ``platt`` (the logistic of ``slope`` times
-      the score plus ``intercept``) or ``isotonic`` (``thresholds`` and ``values``: the chance of a
-      score is the value of the last threshold at or below it);
+      the score plus ``intercept``), ``isotonic`` (``thresholds`` and ``values``: the chance of a
+      score is the value of the last threshold at or below it) or ``selective`` (the same steps,
+      each value the precision of the fitted answers scored at or above its threshold, and
+      ``coverages`` the share of the fitted answers that is);
     - ``evaluator``: what the scores came from (``heuristic``, ``llm``, a class name): a
       calibration fitted on one evaluator's scores means nothing for another's;
     - ``fitted_on`` and ``questions``: the labelled data of the fit, and how many questions;
@@ -49,6 +59,7 @@ class Calibration(BaseModel):
     intercept: float = 0.0
     thresholds: list[float] = Field(default_factory=list)
     values: list[float] = Field(default_factory=list)
+    coverages: list[float] = Field(default_factory=list)
     evaluator: str = "any"
     fitted_on: str = ""
     questions: int = Field(default=0, ge=0)
@@ -56,17 +67,20 @@ class Calibration(BaseModel):
 
     @model_validator(mode="after")
     def _check_steps(self) -> Calibration:
-        if self.method == "isotonic":
+        if self.method in ("isotonic", "selective"):
             if not self.thresholds or len(self.thresholds) != len(self.values):
                 raise ValueError("an isotonic calibration needs as many thresholds as values")
             if any(b < a for a, b in zip(self.thresholds, self.thresholds[1:], strict=False)):
                 raise ValueError("isotonic thresholds must be in increasing order")
             if any(not 0.0 <= v <= 1.0 for v in self.values):
                 raise ValueError("isotonic values must be in [0, 1]")
+            if self.coverages and len(self.coverages) != len(self.thresholds):
+                raise ValueError("a selective calibration needs a coverage for each threshold")
         return self
 
     def probability(self, score: float) -> float:
-        """The chance that an answer with this score is right, in [0, 1]."""
+        """The chance that an answer with this score is right, in [0, 1] (``selective``: the
+        precision of the answers scored at least as high)."""
         score = min(max(float(score), 0.0), 1.0)
         if self.method == "identity":
             return score
@@ -80,7 +94,7 @@ class Calibration(BaseModel):
         the score threshold a target precision amounts to."""
         if self.method == "identity":
             return probability
-        if self.method == "isotonic":
+        if self.method in ("isotonic", "selective"):
             for threshold, value in zip(self.thresholds, self.values, strict=True):
                 if value >= probability:
                     return threshold
@@ -100,12 +114,13 @@ class Calibration(BaseModel):
         scores: Sequence[float],
         right: Sequence[bool],
         *,
-        method: Literal["platt", "isotonic"] = "platt",
+        method: FitMethod = "platt",
         evaluator: str = "any",
         fitted_on: str = "",
     ) -> Calibration:
         """Fit a calibration to evaluator scores and whether each scored answer was right (an
-        answer to a question the documents do not answer is never right)."""
+        answer to a question the documents do not answer is never right): the scores of the
+        answers the engine gave, so that what it does to reach an answer is in the fit."""
         if len(scores) != len(right):
             raise ValueError(f"{len(scores)} scores but {len(right)} labels")
         if len(scores) < 2:
@@ -122,7 +137,24 @@ class Calibration(BaseModel):
             slope, intercept = _platt(x, y)
             return cls(method="platt", slope=slope, intercept=intercept, **common)
         thresholds, values = _isotonic(x, y)
-        return cls(method="isotonic", thresholds=thresholds, values=values, **common)
+        if method == "isotonic":
+            return cls(method="isotonic", thresholds=thresholds, values=values, **common)
+        precisions, coverages = _tail_precisions(x, y, thresholds)
+        return cls(
+            method="selective",
+            thresholds=thresholds,
+            values=precisions,
+            coverages=coverages,
+            **common,
+        )
+
+    def coverage(self, score: float) -> float | None:
+        """For a ``selective`` calibration, the share of the fitted answers scored at or above
+        this score's step (how much a threshold there answers); None for the others."""
+        if self.method != "selective" or not self.coverages:
+            return None
+        position = int(np.searchsorted(self.thresholds, min(max(score, 0.0), 1.0), side="right"))
+        return self.coverages[max(position - 1, 0)]
 
     # -- files ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -175,3 +207,25 @@ def _isotonic(x: np.ndarray, y: np.ndarray) -> tuple[list[float], list[float]]:
     thresholds = [0.0] + [b[2] for b in blocks[1:]]
     values = [round(b[0] / b[1], 6) for b in blocks]
     return thresholds, values
+
+
+def _tail_precisions(
+    x: np.ndarray, y: np.ndarray, thresholds: list[float]
+) -> tuple[list[float], list[float]]:
+    """For each threshold, the share right of the answers scored at or above it and their
+    share of all answers. The thresholds are the isotonic fit's steps, so the precisions never
+    fall as the threshold rises (a mean of the upper part of a rising step function). A step
+    with fewer than :data:`MIN_SUPPORT` answers above it is given the precision of the last
+    step that has enough: three right answers in a row at the top say little, and would let a
+    high target through on luck."""
+    precisions, coverages = [], []
+    supported = 0.0
+    for threshold in thresholds:
+        above = x >= threshold
+        if above.sum() >= min(MIN_SUPPORT, len(x)):
+            supported = float(y[above].mean())
+        precisions.append(supported)
+        coverages.append(round(float(above.mean()), 6))
+    # equal scores split across steps can bend that by a hair; keep the lower reading
+    rising = np.minimum.accumulate(np.asarray(precisions)[::-1])[::-1]
+    return [round(float(p), 6) for p in rising], coverages

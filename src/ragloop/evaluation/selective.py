@@ -22,7 +22,8 @@ right, whatever it says.
 - :func:`expected_calibration_error`: how far the chance is from how often such answers are
   right, in ten bins.
 - :func:`calibration_check`: a calibration fitted on the answers, judged on the same answers
-  (in-sample) and on answers left out of each fit (cross-validated).
+  (in-sample) and on answers left out of each fit (cross-validated); :func:`held_out_at_target`:
+  the cross-validated precision and coverage at one target.
 """
 
 from __future__ import annotations
@@ -31,12 +32,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ragloop.components.calibration import Calibration
+from ragloop.components.calibration import Calibration, FitMethod
 
 DEFAULT_TARGET = 0.5  # the offline loops' default target precision
 CHECK_TARGETS = (0.5, 0.7, 0.9)
@@ -282,7 +282,7 @@ def cross_validated_probabilities(
     scores: Sequence[float],
     right: Sequence[bool],
     *,
-    method: Literal["platt", "isotonic"] = "platt",
+    method: FitMethod = "platt",
     folds: int = 5,
     seed: int = 0,
 ) -> list[float]:
@@ -302,6 +302,30 @@ def cross_validated_probabilities(
     return out
 
 
+def held_out_at_target(
+    answers: Sequence[Judged],
+    target: float = DEFAULT_TARGET,
+    *,
+    method: FitMethod = "selective",
+    folds: int = 5,
+    repeats: int = 3,
+) -> TargetPoint:
+    """The answers a calibration fitted on *other* answers of the same set lets through at
+    ``target``: each answer's chance from a fit on the other folds (``folds`` folds, shuffled
+    ``repeats`` times, the answers of every shuffle pooled). What a user who fits a calibration
+    on labelled questions like these can expect of the questions that come next."""
+    scores = [a.probability for a in answers]
+    right = [a.correct for a in answers]
+    pooled: list[Judged] = []
+    for seed in range(repeats):
+        chances = cross_validated_probabilities(
+            scores, right, method=method, folds=folds, seed=seed
+        )
+        pooled += [Judged(p, r) for p, r in zip(chances, right, strict=True)]
+    point = at_target(pooled, target)
+    return point.model_copy(update={"answered": round(point.answered / repeats)})
+
+
 def _figures(
     label: str, chances: Sequence[float], right: Sequence[bool], targets: Sequence[float]
 ) -> CalibrationFigures:
@@ -317,7 +341,7 @@ def calibration_check(
     scores: Sequence[float],
     right: Sequence[bool],
     *,
-    method: Literal["platt", "isotonic"] = "platt",
+    method: FitMethod = "platt",
     targets: Sequence[float] = CHECK_TARGETS,
     folds: int = 5,
     seed: int = 0,
