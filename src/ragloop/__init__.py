@@ -190,6 +190,7 @@ if _typing.TYPE_CHECKING:  # the lazy names as type checkers and editors see the
     from ragloop.kb.routing import RetrievalRouter
     from ragloop.kb.stores.base import Store
     from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase, PostgresStore
+    from ragloop.kb.watch import FolderWatcher, WatchBatch
     from ragloop.observability import EventKind, LoopEvent, listen, set_trace_content
     from ragloop.observability.trace_stores import PostgresTraceStore, open_trace_store
     from ragloop.observability.traces import TraceRecord, TraceRecorder, TraceStorage, TraceStore

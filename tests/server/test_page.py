@@ -139,3 +139,33 @@ def test_an_unsure_answer_shows_what_was_found_and_what_was_not(browser, kb_file
         ask(browser, url, "How much does the Skylark 2 weigh?")  # confident: no report
         wait(browser).until(ready.text_to_be_present_in_element((By.ID, "answer-text"), "2.1"))
         assert not browser.find_element(By.ID, "gaps").is_displayed()
+
+
+def test_an_earlier_question_whose_sources_changed_is_marked_stale(browser, tmp_path):
+    from tests.server.conftest import build_kb
+
+    kb_path = build_kb(tmp_path / "kb.sqlite")
+    with serving(kb_path, Settings(), tmp_path) as (url, service):  # no keys: local only
+        browser.get(url + "/")
+        browser.execute_script("localStorage.clear()")
+        ask(browser, url, "How much does the Skylark 2 weigh?")
+        wait(browser).until(
+            lambda b: b.execute_script(
+                "return JSON.parse(localStorage.getItem('ragloop-history') || '[]')[0].run_id"
+            )
+        )
+        browser.get(url + "/")
+        history = browser.find_element(By.ID, "history")
+        wait(browser).until(lambda b: "Skylark" in history.text)
+        assert not browser.find_elements(By.CSS_SELECTOR, "#history .stale-mark")
+        service.kb.add_documents(
+            [{"source": "skylark.md", "text": "The Skylark 2 weighs 1.9 kg packed."}],
+            collection="public",
+        )
+        browser.get(url + "/")
+        mark = wait(browser).until(
+            ready.visibility_of_element_located((By.CSS_SELECTOR, "#history .stale-mark"))
+        )
+        assert mark.text == "stale"
+        title = browser.find_element(By.CSS_SELECTOR, "#history button").get_attribute("title")
+        assert "skylark.md edited" in title

@@ -180,3 +180,33 @@ admin = true
         # a run answered by one process is read through the other: one trace store
         made_by_second = answers[2]["trace_url"]
         assert httpx.get(f"{first}{made_by_second}", headers=auth("alice")).status_code == 200
+
+
+def test_serve_watch_keeps_the_served_collection_in_step_with_a_folder(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "kettle.md").write_text("# Kettle\n\nThe kettle boils water in ninety seconds.\n")
+    kb = tmp_path / "kb.sqlite"
+    subprocess.run(
+        [sys.executable, "-m", "ragloop", "ingest", str(docs), "--kb", str(kb), "-q"],
+        check=True,
+        capture_output=True,
+    )
+    config = tmp_path / "ragloop.toml"
+    config.write_text(f'[server]\ntraces = "{tmp_path / "traces.sqlite"}"\n', encoding="utf-8")
+
+    def found(query: str) -> list[str]:
+        body = {"query": query, "mode": "bm25"}
+        chunks = httpx.post(f"{url}/v1/search", json=body, timeout=30).json()["chunks"]
+        return [c["source"] for c in chunks]
+
+    with ragloop_serve("--kb", str(kb), "--watch", str(docs), config=config) as url:
+        (docs / "toaster.md").write_text("# Toaster\n\nThe toaster has six browning levels.\n")
+        deadline = time.monotonic() + 30
+        while "toaster.md" not in found("toaster browning"):
+            assert time.monotonic() < deadline, "the served knowledge base never saw the file"
+            time.sleep(0.1)
+        (docs / "kettle.md").unlink()
+        while "kettle.md" in found("kettle boils"):
+            assert time.monotonic() < deadline, "the deleted file's document stayed"
+            time.sleep(0.1)

@@ -166,11 +166,12 @@ def shown_path(source: str) -> str:
         return source
 
 
-def print_json(data: Any) -> None:
+def print_json(data: Any, *, indent: int | None = 2) -> None:
     """``data`` as JSON, each chunk's metadata as clients see it (:func:`public_metadata`);
     the control characters JSON leaves as they are (DEL, C1) written as ``\\u`` escapes too,
-    so the output is the same JSON and safe in a terminal."""
-    text = json.dumps(_public_chunks(data), indent=2, ensure_ascii=False, default=str)
+    so the output is the same JSON and safe in a terminal. ``indent=None``: one line (JSON
+    Lines, for a stream of records)."""
+    text = json.dumps(_public_chunks(data), indent=indent, ensure_ascii=False, default=str)
     click.echo(CONTROLS.sub(lambda found: f"\\u{ord(found.group()):04x}", text))
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -22,6 +23,10 @@ from ragloop.cli.common import (
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
 from ragloop.kb.ingest.discover import IngestInterrupted, IngestProgress, IngestReport
+
+if TYPE_CHECKING:
+    from ragloop.kb.knowledge_base import KnowledgeBase
+    from ragloop.kb.watch import WatchBatch
 
 
 @contextmanager
@@ -92,6 +97,13 @@ def progress_display(quiet: bool) -> Iterator[Callable[[IngestProgress], None]]:
     help="Record which chunks mention other documents' titles and headings (the links "
     "multi-hop loops follow); --no-links ingests faster.",
 )
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Then keep the collection in step with the paths: new, edited, renamed and deleted "
+    "files are applied as they change, a line each batch (a JSON line with --json); Ctrl-C "
+    "stops.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def ingest(
@@ -102,6 +114,7 @@ def ingest(
     embedder: str,
     vectors: str,
     links: bool,
+    watch: bool,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -127,6 +140,12 @@ def ingest(
                 vectors="later" if vectors == "later" else "now",
             )
         where = str(kb.path) if kb.path is not None else kb.stats().path
+        if as_json:  # with --watch, one line: the batches follow as JSON lines
+            print_json(report.model_dump(), indent=None if watch else 2)
+        else:
+            show_report(report, where, kb_location)
+        if watch:
+            watch_paths(kb, paths, collection, vectors, as_json)
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
     except IngestInterrupted as stop:
@@ -140,10 +159,53 @@ def ingest(
         raise click.exceptions.Exit(130) from None
     finally:
         kb.close()
-    if as_json:
-        print_json(report.model_dump())
-    else:
-        show_report(report, where, kb_location)
+
+
+def watch_paths(
+    kb: KnowledgeBase, paths: Sequence[Path], collection: str, vectors: str, as_json: bool
+) -> None:
+    """Apply changes under ``paths`` until Ctrl-C: a line per batch (a JSON line with
+    ``as_json``), then how many batches were applied."""
+    from ragloop.kb.watch import FolderWatcher  # watchfiles: only when watching
+
+    watcher = FolderWatcher(
+        kb, paths, collection=collection, vectors="later" if vectors == "later" else "now"
+    )
+    shown = ", ".join(shown_path(str(p)) for p in watcher.paths)
+    errors.print(f"watching {cell(shown)} for changes (Ctrl-C stops)")
+    applied = 0
+    try:
+        for batch in watcher.batches():
+            applied += 1
+            if as_json:
+                print_json(batch.model_dump(mode="json"), indent=None)
+            else:
+                console.print(batch_line(batch))
+                for path, reason in batch.report.skipped:
+                    console.print(f"  skipped {cell(shown_path(path))}: {cell(reason)}")
+    except KeyboardInterrupt:  # while waiting; during a batch, IngestInterrupted says more
+        pass
+    errors.print(f"stopped watching: {applied} batch(es) applied")
+
+
+def batch_line(batch: WatchBatch) -> str:
+    """One line for a batch: when, what it did, how long it took."""
+    r = batch.report
+    when = batch.at.astimezone().strftime("%H:%M:%S")
+    if batch.error:
+        return f"{when} [red]error[/]: {cell(batch.error)} (the next change retries)"
+    done = [
+        f"{n} {what}"
+        for n, what in (
+            (r.added, "added"),
+            (r.updated, "updated"),
+            (r.removed, "removed"),
+            (len(r.skipped), "skipped"),
+        )
+        if n
+    ] or ["nothing to change"]
+    what = "sync" if batch.full else f"{len(batch.changed) + len(batch.removed)} change(s)"
+    return f"{when} {what}: {', '.join(done)} ({batch.seconds:.2f} s)"
 
 
 def show_report(report: IngestReport, where: str | None, kb_location: str | None) -> None:

@@ -16,12 +16,16 @@ import logging
 import os
 import socket
 import sys
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from ragloop.cli import config_option
 from ragloop.cli.common import default_kb_location, errors, kb_option, open_kb, settings
+from ragloop.cli.ingest import batch_line
 from ragloop.core.errors import RagloopError
 from ragloop.core.files import is_postgres_dsn
 from ragloop.kb.knowledge_base import KnowledgeBase
@@ -207,6 +211,21 @@ def shown_url(sock: socket.socket, path: str = "/") -> str:
     help="Stand by an answer only at this calibrated chance of being right (default: "
     "[engine] target_precision, else the engine's own; a request's target_precision wins).",
 )
+@click.option(
+    "--watch",
+    "watched",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="Keep the knowledge base in step with this folder or file while serving: synced "
+    "when the server starts, then new, edited, renamed and deleted files as they change "
+    "(repeatable).",
+)
+@click.option(
+    "--watch-collection",
+    default="default",
+    show_default=True,
+    help="The collection --watch keeps in step.",
+)
 def serve(
     kb_location: str | None,
     demo: bool,
@@ -215,6 +234,8 @@ def serve(
     no_mcp: bool,
     workers: int | None,
     target_precision: float | None,
+    watched: tuple[Path, ...],
+    watch_collection: str,
 ) -> None:
     """Serve the HTTP API, its web page and MCP (needs ragloop[server]).
 
@@ -259,21 +280,54 @@ def serve(
     warning = exposure_warning(server.host, has_keys=bool(server.keys))
     if warning is not None:
         errors.print(f"[yellow]warning:[/] {warning}")
+    # the watch writes through this process's knowledge base; workers read the same file
+    stop_watching = start_watch(kb, watched, watch_collection) if watched else None
     if server.workers > 1:
         # opened here to refuse a missing knowledge base (and make a new database's tables)
         # once, before any worker starts; each worker opens its own
         served = str(kb.path) if kb.path is not None else (location or default_kb_location())
-        kb.close()
+        if stop_watching is None:
+            kb.close()
         hand_down(configured, served)
         errors.print(
             f"ragloop serving on {shown_url(sock)} with {server.workers} workers (Ctrl-C stops)"
         )
-        run_workers(sock, server.workers)
+        try:
+            run_workers(sock, server.workers)
+        finally:
+            if stop_watching is not None:
+                stop_watching()
+                kb.close()
         return
     service = Service(kb, configured)
     errors.print(f"ragloop serving on {shown_url(sock)} (Ctrl-C stops)")
     try:
         run_server(create_app(service), sock, header_timeout_s=server.header_timeout_s)
     finally:
+        if stop_watching is not None:
+            stop_watching()
         service.close()
         kb.close()
+
+
+def start_watch(kb: KnowledgeBase, paths: Sequence[Path], collection: str) -> Callable[[], None]:
+    """Watch ``paths`` in a thread, a line on stderr per batch; returns what stops it."""
+    from ragloop.kb.watch import FolderWatcher  # watchfiles: only when watching
+
+    watcher = FolderWatcher(kb, paths, collection=collection)
+    stop = threading.Event()
+
+    def run() -> None:
+        for batch in watcher.batches(stop):
+            errors.print(f"watch: {batch_line(batch)}")
+
+    thread = threading.Thread(target=run, name="ragloop-watch", daemon=True)
+    thread.start()
+    shown = ", ".join(str(p) for p in watcher.paths)
+    errors.print(f"watching {shown} into collection {collection!r}")
+
+    def stop_watching() -> None:
+        stop.set()
+        thread.join(timeout=10)  # a batch under way finishes: its transaction is not cut
+
+    return stop_watching

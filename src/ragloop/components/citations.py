@@ -62,7 +62,9 @@ _ENTRY = re.compile(r"\[(\d+)\]\s+(.*?)\s*(?=;\s*\[\d+\]\s|$)")
 
 class Citation(BaseModel):
     """One ``[n]`` of an answer: the chunk it names (None when none of the chunks given has
-    that label), its source, title and retrieval score."""
+    that label), its source, title and retrieval score, and the collection and version (the
+    content hash) of the document it came from, when the chunk says (a knowledge base's do):
+    what tells later whether the answer's evidence has changed."""
 
     number: int
     label: str
@@ -70,6 +72,8 @@ class Citation(BaseModel):
     source: str
     title: str | None = None
     score: float | None = None
+    collection: str | None = None
+    version: str | None = None
 
 
 def resolve_citations(answer: str | None, chunks: Sequence[Chunk]) -> list[Citation]:
@@ -90,6 +94,8 @@ def resolve_citations(answer: str | None, chunks: Sequence[Chunk]) -> list[Citat
             citations.append(Citation(number=int(number), label=label, source=label))
             continue
         title = cited.metadata.get("title")
+        collection = cited.metadata.get("collection")
+        version = cited.metadata.get("document_version")
         citations.append(
             Citation(
                 number=int(number),
@@ -98,6 +104,8 @@ def resolve_citations(answer: str | None, chunks: Sequence[Chunk]) -> list[Citat
                 source=cited.source,
                 title=title if isinstance(title, str) else None,
                 score=round(cited.score, 6),
+                collection=collection if isinstance(collection, str) else None,
+                version=version if isinstance(version, str) else None,
             )
         )
     return citations

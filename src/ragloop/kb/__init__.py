@@ -1,7 +1,8 @@
 """The knowledge base: read -> chunk -> store -> search, in one local file (or PostgreSQL).
 
 - ``knowledge_base.py``: :class:`~ragloop.KnowledgeBase` (open, ingest, add documents, embed,
-  delete, stats) and its :class:`~ragloop.KnowledgeBaseRetriever`; ``search.py``: what a search
+  delete, stats) and its :class:`~ragloop.KnowledgeBaseRetriever`; ``watch.py``: a collection
+  kept in step with folders while they change; ``search.py``: what a search
   does (modes, query vectors, exact terms, fusion); ``routing.py``: RetrievalLoop's router over
   a knowledge base; ``metadata.py``: what of a chunk's metadata clients see;
 - ``readers/``: a file's text -> a title and structural blocks (markdown, text, rst, html, json,
@@ -31,6 +32,7 @@ _FACE = lazy_face(
         "ragloop.kb.routing": ("RetrievalRouter",),
         "ragloop.kb.stores.base": ("Store",),
         "ragloop.kb.stores.postgres.store": ("PostgresKnowledgeBase", "PostgresStore"),
+        "ragloop.kb.watch": ("FolderWatcher", "WatchBatch"),
     },
 )
 __all__ = _FACE.names

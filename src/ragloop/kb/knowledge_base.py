@@ -45,7 +45,7 @@ from ragloop.kb.ingest.pipeline import (
     embed_missing,
     store_text,
 )
-from ragloop.kb.ingest.sources import name_files, upload_names
+from ragloop.kb.ingest.sources import file_exists, name_files, upload_names
 from ragloop.kb.readers import ParsedDocument, markdown_blocks, read_plain_text
 from ragloop.kb.search import SEARCH_MODES as SEARCH_MODES
 from ragloop.kb.search import KnowledgeBaseRetriever as KnowledgeBaseRetriever
@@ -240,6 +240,48 @@ class KnowledgeBase(Searching):
         )
         return report
 
+    def ingest_changes(
+        self,
+        changed: Sequence[str | os.PathLike[str]],
+        removed: Sequence[str | os.PathLike[str]] = (),
+        *,
+        relative_to: str | os.PathLike[str],
+        collection: str = "default",
+        on_progress: ProgressCallback | None = None,
+        vectors: VectorsWhen = "now",
+    ) -> IngestReport:
+        """Apply what changed under the folder ``relative_to`` (what a watcher saw): the files
+        and folders in ``changed`` are ingested, named as an ingest of that whole folder names
+        them, and the documents whose files are in ``removed``, or under a folder there, and
+        are gone are removed; one run, with the batches, skip reasons and index builds of
+        :meth:`ingest`. A removed path that exists again (a file saved by renaming a new one
+        over it) is not removed; a changed file that cannot be read is skipped with its reason
+        and keeps the document it had."""
+        check_collection(collection)
+        base = Path(relative_to).expanduser().resolve()
+        discovery = discover(list(changed))
+        report = IngestReport(skipped=list(discovery.skipped))
+        named = name_files(
+            discovery.found, discovery.roots, self.store.documents(collection), base=base
+        )
+        items = (
+            FileItem(f.path, f.root, f.source, self.max_file_bytes, self.encodings) for f in named
+        )
+        # the parent still exists: resolved, it matches the resolved roots documents keep
+        gone = [Path(p).expanduser().absolute() for p in removed]
+        gone = [p.parent.resolve() / p.name for p in gone]
+
+        def remove_gone() -> None:
+            if not gone:
+                return
+            for doc in self.store.documents(collection):
+                file = file_of(doc)
+                if any(file.is_relative_to(p) for p in gone) and not file_exists(file):
+                    report.removed += self.store.delete_document(doc.source, collection)
+
+        self._ingest(items, len(named), collection, report, on_progress, vectors, remove_gone)
+        return report
+
     def add_documents(
         self,
         documents: Iterable[Document | Mapping[str, Any]],
@@ -417,6 +459,12 @@ class KnowledgeBase(Searching):
                 if file_of(doc) == path:
                     removed += self.store.delete_document(doc.source, doc.collection)
         return removed
+
+    def document_version(self, collection: str, source: str) -> str | None:
+        """The version of a document, its content hash (None when there is no such document):
+        what a stored run's citations are compared with to tell whether its answer is stale
+        (:mod:`ragloop.observability.staleness`)."""
+        return self.store.document_hash(collection, source)
 
     def collections(self) -> list[CollectionInfo]:
         return self.store.stats().collections

@@ -10,11 +10,13 @@ trace recorded it). Every piece of recorded text is escaped.
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 
 from ragloop.core.records import StopReason
 from ragloop.observability.events import EventKind
+from ragloop.observability.staleness import StaleSource
 from ragloop.observability.trace_reading import TraceStep, summarize, trace_steps
 from ragloop.observability.traces import TraceRecord
 
@@ -222,6 +224,22 @@ def _step(step: TraceStep, engine: str) -> str:
     )
 
 
+def _stale(stale: Sequence[StaleSource]) -> str:
+    """The mark of a run whose cited documents changed since it ran."""
+    if not stale:
+        return ""
+    changed = "".join(
+        f"<li><span class='badge error'>{_e(s.change)}</span> {_e(s.source)} "
+        f"<small>({_e(s.collection)})</small></li>"
+        for s in stale
+    )
+    return (
+        "<section class='stale'><h2>Stale</h2><p class='note'>The documents this answer cites "
+        f"have changed since it ran; ask again for an answer from them as they are.</p>"
+        f"<ul class='queries'>{changed}</ul></section>"
+    )
+
+
 def _gaps(record: TraceRecord) -> str:
     """What a run that was not confident found and did not find (its evidence gaps)."""
     gaps = record.gaps
@@ -263,8 +281,9 @@ def _gaps(record: TraceRecord) -> str:
     )
 
 
-def render_html(record: TraceRecord) -> str:
-    """The trace as a self-contained HTML page (see the module docstring)."""
+def render_html(record: TraceRecord, stale: Sequence[StaleSource] = ()) -> str:
+    """The trace as a self-contained HTML page (see the module docstring); ``stale``: the
+    documents the answer cites that have changed since the run (marked above the answer)."""
     steps = trace_steps(record)
     ran = summarize(record, steps)
     agent = record.engine == "agent"
@@ -316,7 +335,7 @@ def render_html(record: TraceRecord) -> str:
 <h1>{_e(question)}</h1>
 <dl class="summary">{cells}</dl>
 </header>
-<section class="answer"><h2>Answer</h2><p class="answer-text">{_e(answer)}</p>
+{_stale(stale)}<section class="answer"><h2>Answer</h2><p class="answer-text">{_e(answer)}</p>
 {_gaps(record)}</section>
 <section class="chart"><h2>{_e(label)}</h2>{chart}</section>
 <section class="timeline"><h2>Timeline</h2><ol class="steps">{timeline}</ol></section>

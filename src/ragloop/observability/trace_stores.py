@@ -28,6 +28,7 @@ from ragloop.core.errors import StoreError, TraceNotFound
 from ragloop.core.files import is_postgres_dsn
 from ragloop.observability.traces import (
     SUMMARY,
+    TRACE_COLUMNS,
     TraceRecord,
     TraceStorage,
     TraceStore,
@@ -75,6 +76,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         CREATE INDEX traces_started ON traces (started_at DESC, id);
         """,
     ),
+    (2, "ALTER TABLE traces ADD COLUMN cited text NOT NULL DEFAULT '[]';"),
 ]
 
 
@@ -195,8 +197,9 @@ class PostgresTraceStore:
         values = [_plain(v) for v in summary_values(record)]
         self._run(
             lambda conn: conn.execute(
-                f"INSERT INTO traces ({SUMMARY}, events) VALUES "
-                "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET "
+                f"INSERT INTO traces ({SUMMARY}, events) "
+                f"VALUES ({', '.join(['%s'] * (len(TRACE_COLUMNS) + 1))}) "
+                "ON CONFLICT (id) DO UPDATE SET "
                 + ", ".join(f"{c} = excluded.{c}" for c in (*SUMMARY.split(", "), "events")),
                 (*values, _plain(events_json(record))),
             )

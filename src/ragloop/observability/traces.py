@@ -67,11 +67,23 @@ _SCHEMA = [
         CREATE INDEX traces_started ON traces (started_at);
         """,
     ),
+    (2, "ALTER TABLE traces ADD COLUMN cited TEXT NOT NULL DEFAULT '[]';"),
 ]
 
 
+class CitedVersion(BaseModel):
+    """A document a run's answer cited, and the version of it (its content hash) the answer
+    read."""
+
+    collection: str
+    source: str
+    version: str
+
+
 class TraceRecord(BaseModel):
-    """One stored run: a summary and the events it emitted, in order."""
+    """One stored run: a summary and the events it emitted, in order. ``cited``: the documents
+    its answer cited, with the versions it read (kept in the summary, so a listing can tell
+    which runs are stale without reading their events)."""
 
     id: str
     engine: str
@@ -83,6 +95,7 @@ class TraceRecord(BaseModel):
     iterations: int = 0
     content: bool = False
     meta: dict[str, Any] = Field(default_factory=dict)
+    cited: list[CitedVersion] = Field(default_factory=list)
     events: list[LoopEvent] = Field(default_factory=list)
 
     @classmethod
@@ -106,6 +119,7 @@ class TraceRecord(BaseModel):
             iterations=_count(finished.attributes.get("iterations")) if finished else 0,
             content=content,
             meta=dict(meta or {}),
+            cited=cited_in(finished.attributes.get("citations")) if finished else [],
             events=list(events),
         )
 
@@ -133,6 +147,22 @@ class TraceRecord(BaseModel):
         if self.finished_at is None:
             return None
         return round((self.finished_at - self.started_at) * 1000.0, 1)
+
+
+def cited_in(citations: object) -> list[CitedVersion]:
+    """The documents of a run's citations (its ``run_finished`` attribute) that say their
+    collection and version, each once, in citation order."""
+    found: dict[tuple[str, str], CitedVersion] = {}
+    for citation in citations if isinstance(citations, list) else []:
+        if not isinstance(citation, dict):
+            continue
+        collection, source, version = (citation.get(k) for k in ("collection", "source", "version"))
+        if isinstance(collection, str) and isinstance(source, str) and isinstance(version, str):
+            found.setdefault(
+                (collection, source),
+                CitedVersion(collection=collection, source=source, version=version),
+            )
+    return list(found.values())
 
 
 def _count(value: object) -> int:
@@ -170,7 +200,7 @@ class TraceStorage(Protocol):
 # a stored trace's columns, as every store lists them (its events apart: only get reads them)
 TRACE_COLUMNS = (
     "id", "engine", "started_at", "finished_at", "question", "answer", "stop_reason",
-    "iterations", "content", "meta",
+    "iterations", "content", "meta", "cited",
 )  # fmt: skip
 SUMMARY = ", ".join(TRACE_COLUMNS)
 
@@ -224,7 +254,7 @@ class TraceStore:
         with self._conn() as conn:
             conn.execute(
                 f"INSERT OR REPLACE INTO traces ({SUMMARY}, events) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"VALUES ({', '.join('?' * (len(TRACE_COLUMNS) + 1))})",
                 (*summary_values(record), events_json(record)),
             )
 
@@ -270,6 +300,7 @@ def stored_record(row: Sequence[Any], events: str) -> TraceRecord:
     try:
         data["content"] = bool(data["content"])
         data["meta"] = json.loads(data["meta"])
+        data["cited"] = json.loads(data["cited"])
         data["events"] = json.loads(events)
         return TraceRecord.model_validate(data)
     except (ValueError, TypeError) as error:  # JSONDecodeError and ValidationError included
@@ -303,6 +334,7 @@ def summary_values(record: TraceRecord) -> tuple[Any, ...]:
     return (
         record.id, record.engine, record.started_at, record.finished_at, record.question,
         record.answer, record.stop_reason, record.iterations, record.content, meta_json(record),
+        json.dumps([c.model_dump() for c in record.cited]),
     )  # fmt: skip
 
 

@@ -54,6 +54,8 @@ from ragloop.server.schemas import (
     SearchRequest,
     SearchResponse,
     Shared,
+    TraceOut,
+    TracesPage,
 )
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
@@ -238,6 +240,28 @@ def _routes(app: FastAPI, service: Service) -> None:
             admin=caller.admin,
         )
 
+    @app.get("/v1/traces", response_model=TracesPage, tags=["traces"])
+    def traces(
+        caller: CallerDep,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+        stale: Annotated[
+            bool, Query(description="Only the runs whose cited documents changed since.")
+        ] = False,
+    ) -> TracesPage:
+        """The newest runs this key asked (an admin key: every run), newest first, each with
+        the documents its answer cites that were edited or removed since it ran."""
+        found = service.runs(caller, limit=limit, stale_only=stale)
+        return TracesPage(
+            traces=[
+                TraceOut(
+                    **record.model_dump(include=set(TraceOut.model_fields) - {"stale"}),
+                    trace_url=f"/v1/traces/{record.id}",
+                    stale=changed,
+                )
+                for record, changed in found
+            ]
+        )
+
     @app.get(
         "/v1/traces/{trace_id}", tags=["traces"], responses={200: {"content": {"text/html": {}}}}
     )
@@ -249,9 +273,12 @@ def _routes(app: FastAPI, service: Service) -> None:
     ) -> Response:
         """A stored run: JSON, or the HTML viewer (``?format=html`` or ``Accept: text/html``)."""
         record = service.trace(caller, trace_id)
+        stale = service.stale(record)
         if format == "html" or (format is None and "text/html" in (accept or "")):
-            return HTMLResponse(render_html(record))
-        return JSONResponse(record.model_dump(mode="json"))
+            return HTMLResponse(render_html(record, stale))
+        return JSONResponse(
+            record.model_dump(mode="json") | {"stale": [s.model_dump() for s in stale]}
+        )
 
     @app.post("/v1/documents", response_model=IngestResponse, tags=["documents"])
     async def add_documents(body: DocumentsRequest, caller: CallerDep) -> IngestResponse:

@@ -16,6 +16,7 @@ from ragloop.core.records import Chunk, Usage
 from ragloop.core.records.gaps import EvidenceGaps
 from ragloop.kb.knowledge_base import Document
 from ragloop.kb.metadata import public_metadata
+from ragloop.observability.staleness import StaleSource
 
 EngineName = Literal["rag", "agent", "retrieval"]
 Collections = str | list[str] | None
@@ -250,6 +251,31 @@ class DocumentOut(BaseModel):
     source: str = Field(description="What DELETE /v1/documents?source= removes.")
     title: str
     collection: str
+
+
+class TraceOut(BaseModel):
+    """A stored run as ``GET /v1/traces`` lists it: its summary (no events; ``trace_url``
+    has them) and the documents its answer cites that changed since it ran."""
+
+    id: str
+    engine: str
+    started_at: float
+    finished_at: float | None
+    question: str | None
+    answer: str | None
+    stop_reason: str | None
+    iterations: int
+    trace_url: str
+    stale: list[StaleSource] = Field(
+        description="The cited documents edited or removed since the run: empty when its "
+        "answer still reads the documents as they are."
+    )
+
+
+class TracesPage(BaseModel):
+    """The newest runs a key asked (an admin: every run), newest first."""
+
+    traces: list[TraceOut]
 
 
 class DocumentsPage(BaseModel):

@@ -16,6 +16,7 @@ needs; :meth:`Service.shared` says which, for ``/healthz``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections import OrderedDict
@@ -32,6 +33,7 @@ from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.kb.knowledge_base import KnowledgeBase, SearchMode
 from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
+from ragloop.observability.staleness import StaleSource, stale_sources
 from ragloop.observability.stream import RunStream
 from ragloop.observability.trace_stores import (
     PostgresTraceStore,
@@ -58,6 +60,7 @@ logger = logging.getLogger("ragloop.server")
 
 ENGINE_NAMES = tuple(sorted(ENGINES))
 EVIDENCE = "evidence"
+STALE_SCAN = 10_000  # the newest runs looked through for stale ones
 MAX_ENGINES = 64  # engines kept (kinds x scopes x settings); the least used is dropped
 
 
@@ -277,6 +280,29 @@ class Service:
         if not caller.admin and record.meta.get("key") != caller.name:
             raise AccessDenied(404, f"no trace {trace_id!r}")
         return record
+
+    def runs(
+        self, caller: Caller, *, limit: int, stale_only: bool = False
+    ) -> list[tuple[TraceRecord, list[StaleSource]]]:
+        """The newest runs the caller asked (an admin: every run), each with the documents its
+        answer cites that changed since (``stale_only``: only the runs that have some, looked
+        for among the newest :data:`STALE_SCAN`)."""
+        version_of = functools.cache(self.kb.document_version)
+        found = []
+        # another key's runs are passed over: read more than asked for
+        for record in self.traces.list(STALE_SCAN if stale_only else limit * 4):
+            if not caller.admin and record.meta.get("key") != caller.name:
+                continue
+            stale = stale_sources(record, version_of)
+            if stale or not stale_only:
+                found.append((record, stale))
+            if len(found) == limit:
+                break
+        return found
+
+    def stale(self, record: TraceRecord) -> list[StaleSource]:
+        """The documents ``record``'s answer cites that changed since the run."""
+        return stale_sources(record, self.kb.document_version)
 
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
         return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]

@@ -50,11 +50,16 @@ def base_folder(found: Sequence[Candidate], roots: Sequence[Path]) -> Path | Non
 
 
 def name_files(
-    found: Sequence[Candidate], roots: Sequence[Path], stored: Iterable[DocumentRecord]
+    found: Sequence[Candidate],
+    roots: Sequence[Path],
+    stored: Iterable[DocumentRecord],
+    *,
+    base: Path | None = None,
 ) -> list[Named]:
     """Each file found with a source no other file holds, in this run or in the collection
-    (``stored``: its documents)."""
-    base = base_folder(found, roots)
+    (``stored``: its documents); relative to ``base`` when given, else to
+    :func:`base_folder`."""
+    base = base or base_folder(found, roots)
     known = {doc.source: doc for doc in stored}
     by_file = {file_of(doc): doc for doc in known.values() if doc.metadata.get("root")}
     used: set[str] = set()
@@ -68,7 +73,7 @@ def name_files(
         held = file_of(holder)
         if not holder.metadata.get("root") and not Path(holder.source).is_absolute():
             return True  # a document given as text: no file of its own to be replaced by
-        return held != path and _exists(held)
+        return held != path and file_exists(held)
 
     named = []
     for candidate in found:
@@ -94,7 +99,7 @@ def _free_name(path: Path, base: Path, taken: Callable[[str, Path], bool]) -> Na
         folder = folder.parent
 
 
-def _exists(path: Path) -> bool:
+def file_exists(path: Path) -> bool:
     try:
         return path.exists()
     except OSError:  # cannot be looked at: treat it as there, never replace it

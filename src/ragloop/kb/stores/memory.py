@@ -294,6 +294,7 @@ def _metadata(stored: _Stored, i: int) -> dict[str, Any]:
         "title": stored.doc.title,
         "heading_path": list(chunk.heading_path),
         "position": chunk.position,
+        "document_version": stored.doc.content_hash,
     }
 
 

@@ -1,8 +1,10 @@
 """The rules that turn stored rows into records, shared by the SQLite and PostgreSQL stores: a
 chunk row into a :class:`~ragloop.Chunk`, the meta rows into the embedding model. Both select a
 chunk as (pk, id, position, content, heading path, chunk metadata, collection, source, title,
-document metadata); a chunk's metadata is its document's, then its own, then where it sits
-(collection, title, heading path, position)."""
+document metadata, document content hash); a chunk's metadata is its document's, then its own,
+then where it sits (collection, title, heading path, position) and which version of its
+document it came from (``document_version``, the document's content hash: a trace that cites
+the chunk can tell later whether the document changed)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ def chunk_from_row(row: Sequence[Any], score: float) -> Chunk:
         source,
         title,
         doc_meta,
+        document_version,
     ) = row
     metadata: dict[str, Any] = {**parse_json(doc_meta), **parse_json(chunk_meta)}
     metadata.update(
@@ -58,6 +61,7 @@ def chunk_from_row(row: Sequence[Any], score: float) -> Chunk:
         title=title,
         heading_path=list(parse_json(heading_path)),
         position=position,
+        document_version=document_version,
     )
     # the row was validated when it was written; a search returns many, so skip revalidation
     return Chunk.model_construct(

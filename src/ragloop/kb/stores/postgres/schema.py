@@ -188,7 +188,7 @@ FILTER_COLUMNS = {
 }
 CHUNK_COLUMNS = (
     "c.pk, c.id, c.position, c.content, c.heading_path, c.metadata, "
-    "c.collection, d.source, d.title, d.metadata"
+    "c.collection, d.source, d.title, d.metadata, d.content_hash"
 )
 FROM_CHUNKS = "FROM chunks c JOIN documents d ON d.id = c.document_id"
 # The writes of a batch of documents, a statement per step whatever the batch's size (a

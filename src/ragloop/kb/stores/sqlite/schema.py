@@ -121,7 +121,7 @@ FILTER_COLUMNS = {
 }
 CHUNK_COLUMNS = (
     "c.pk, c.id, c.position, c.content, c.heading_path, c.metadata, "
-    "d.collection, d.source, d.title, d.metadata"
+    "d.collection, d.source, d.title, d.metadata, d.content_hash"
 )
 BLOCK = 8192  # rows read at a time when an index is loaded
 CHECKPOINT_PAGES = 16384  # pages of write-ahead log (4 KB each) copied into the file at once

@@ -1,0 +1,53 @@
+"""Which stored answers rest on documents that have changed since.
+
+A run's ``run_finished`` event lists the citations of its answer, each with the collection and
+version (the content hash) of the document its chunk came from (:class:`~ragloop.components.
+citations.Citation`); its :class:`TraceRecord` keeps them as ``cited``, and
+:func:`stale_sources` compares them with the documents as they are now (the content hash of a
+(collection, source), as :meth:`KnowledgeBase.document_version
+<ragloop.KnowledgeBase.document_version>` gives it): a cited document whose hash differs was
+edited, one that is gone was removed, and the run's answer is *stale*. A citation that says
+no version (a retriever that is not a knowledge base, a trace written before versions were
+recorded) cannot be judged and never makes a run stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel
+
+from ragloop.observability.traces import TraceRecord
+
+VersionOf = Callable[[str, str], str | None]  # (collection, source) -> content hash, or None
+
+
+class StaleSource(BaseModel):
+    """A cited document that is no longer the version the answer read: ``edited`` (its
+    ``current`` version differs) or ``removed`` (no such document now)."""
+
+    collection: str
+    source: str
+    cited: str
+    current: str | None
+    change: Literal["edited", "removed"]
+
+
+def stale_sources(record: TraceRecord, version_of: VersionOf) -> list[StaleSource]:
+    """The run's cited documents that have been edited or removed since it ran."""
+    stale = []
+    for cited in record.cited:
+        now = version_of(cited.collection, cited.source)
+        if now == cited.version:
+            continue
+        stale.append(
+            StaleSource(
+                collection=cited.collection,
+                source=cited.source,
+                cited=cited.version,
+                current=now,
+                change="removed" if now is None else "edited",
+            )
+        )
+    return stale
