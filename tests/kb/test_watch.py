@@ -36,6 +36,27 @@ def wait_for(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
+def gathered(
+    batches: queue.Queue[WatchBatch], enough: Callable[[list[WatchBatch]], bool]
+) -> list[WatchBatch]:
+    """The watcher's batches, taken until ``enough`` holds of them (a batch is handed over
+    after its changes are in the knowledge base: a search may see them first)."""
+    seen: list[WatchBatch] = []
+    deadline = time.monotonic() + WAIT_S
+    while not enough(seen):
+        try:
+            seen.append(batches.get(timeout=max(deadline - time.monotonic(), 0.01)))
+        except queue.Empty:
+            raise AssertionError(f"the watcher never handed over enough: {seen}") from None
+    while not batches.empty():  # any that came with them
+        seen.append(batches.get())
+    return seen
+
+
+def names(seen: list[WatchBatch]) -> set[str]:
+    return {Path(p).name for b in seen for p in b.changed + b.removed}
+
+
 @contextmanager
 def watching(
     kb: KnowledgeBase, *paths: Path, collection: str = "default"
@@ -128,9 +149,7 @@ def test_an_editors_save_by_rename_updates_the_document_and_never_drops_it(kb, d
             temporary.write_text(f"# Intro\n\nThe kettle now takes {n + 100} seconds.\n")
             os.replace(temporary, target)
         wait_for(lambda: any("102 seconds" in t for t in texts(kb, "kettle")), "the last save")
-    seen = []
-    while not batches.empty():
-        seen.append(batches.get())
+        seen = gathered(batches, lambda got: sum(b.report.updated for b in got) >= 1)
     assert all(b.report.removed == 0 for b in seen)  # the document was never removed
     assert "intro.md" in sources(kb)
     assert not any(".tmp" in path for b in seen for path in b.changed + b.removed)
@@ -143,12 +162,8 @@ def test_swap_files_hidden_files_and_unread_types_are_not_looked_at(kb, docs):
         (docs / "intro.md~").write_text("backup")
         (docs / "image.png").write_bytes(b"\x89PNG")
         (docs / "last.md").write_text("# Last\n\nA marker file.\n")
-        wait_for(lambda: "last.md" in sources(kb), "the marker")
-        seen = []
-        while not batches.empty():
-            seen.append(batches.get())
-    touched = {Path(p).name for b in seen for p in b.changed + b.removed}
-    assert touched == {"last.md"}
+        seen = gathered(batches, lambda got: "last.md" in names(got))
+    assert names(seen) == {"last.md"}
 
 
 def test_a_deleted_folder_takes_its_documents_and_a_moved_one_brings_them_back(kb, docs):
@@ -188,10 +203,8 @@ def test_a_burst_of_a_thousand_files_is_ingested_in_batches(kb, docs):
         burst.mkdir()
         for n in range(1000):
             (burst / f"page{n:04d}.md").write_text(f"# Page {n}\n\nItem number {n} of the burst.\n")
-        wait_for(lambda: len(sources(kb)) == 1002, "every file of the burst")
-        seen = []
-        while not batches.empty():
-            seen.append(batches.get())
+        seen = gathered(batches, lambda got: sum(b.report.added for b in got) >= 1000)
+    assert len(sources(kb)) == 1002
     assert sum(b.report.added for b in seen) == 1000
     assert all(b.error is None for b in seen)
     assert any("Item number 999 of" in t for t in texts(kb, "item number 999"))

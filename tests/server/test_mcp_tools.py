@@ -6,6 +6,7 @@ and ask/retrieve limited to one of the caller's collections."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -186,3 +187,66 @@ async def test_an_unsure_answer_says_what_was_found_and_what_was_not(kb_path, tm
         assert [p["found"] for p in result["gaps"]["parts"]] == [True, False]
         # a chat client reads the text: its last line says it
         assert "not found: 'what does a helicopter rescue cost'" in result["answer"]
+
+
+async def test_a_document_is_a_resource_and_a_listener_hears_when_it_changes(kb_path, tmp_path):
+    import anyio
+
+    kb = KnowledgeBase(kb_path, create=False)
+    service = Service(kb, key_settings(traces=str(tmp_path / "t.sqlite")))
+    try:
+        with BackgroundServer(mcp_http_app(service)) as running:
+            headers = {"Authorization": f"Bearer {KEYS['alice']}"}
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=60) as http,
+                Client(streamable_http_client(f"{running.url}/mcp", http_client=http)) as client,
+            ):
+                found = await client.call_tool("search", {"query": "Skylark 2 warranty"})
+                uri = found.structured_content["results"][0]["resource"]
+                assert uri == "ragloop://documents/public/products/skylark-2.md"
+                read = await client.read_resource(uri)
+                before = json.loads(read.contents[0].text)
+                assert before["source"] == "products/skylark-2.md"
+                assert before["version"] == kb.document_version("public", "products/skylark-2.md")
+
+                async with client.listen(
+                    resource_subscriptions=[uri], resources_list_changed=True
+                ) as events:
+                    edited = SKYLARK.replace("five-year", "ten-year")
+                    await anyio.to_thread.run_sync(
+                        lambda: kb.add_documents(
+                            [Document(source="products/skylark-2.md", text=edited)],
+                            collection="public",
+                        )
+                    )
+                    service.documents_changed("public", ["products/skylark-2.md"])
+                    heard = []
+                    with anyio.fail_after(20):
+                        async for event in events:
+                            heard.append(event)
+                            if len(heard) == 2:
+                                break
+                assert [type(e).__name__ for e in heard] == [
+                    "ResourceUpdated",
+                    "ResourcesListChanged",
+                ]
+                assert heard[0].uri == uri
+                after = json.loads((await client.read_resource(uri)).contents[0].text)
+                assert after["version"] != before["version"]
+
+                secret = await _refused(client, "ragloop://documents/secret/launch.md")
+                assert "secret" in secret
+    finally:
+        service.close()
+        kb.close()
+
+
+async def _refused(client, uri: str) -> str:
+    """The error a resource read is refused with."""
+    from mcp.shared.exceptions import MCPError
+
+    try:
+        await client.read_resource(uri)
+    except MCPError as error:
+        return str(error)
+    raise AssertionError(f"{uri} was read")

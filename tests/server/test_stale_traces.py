@@ -51,3 +51,29 @@ def test_the_traces_listing_is_bounded(server):
     url, _ = server
     assert httpx.get(f"{url}/v1/traces?limit=0", headers=auth("root")).status_code == 422
     assert httpx.get(f"{url}/v1/traces?limit=5000", headers=auth("root")).status_code == 422
+
+
+def test_writes_through_the_api_tell_the_documents_listeners(tmp_path):
+    heard: list[tuple[str, list[str]]] = []
+    with serving(build_kb(tmp_path / "kb.sqlite"), key_settings(), tmp_path) as (url, service):
+        service.on_documents_changed(
+            lambda collection, sources: heard.append((collection, sources))
+        )
+        added = {"source": "stoves.md", "text": "Stoves are for hire at 5 pounds a day."}
+        body = {"documents": [added], "collection": "public"}
+        assert httpx.post(f"{url}/v1/documents", json=body, headers=auth("root")).is_success
+        files = {"files": ("manuals/pump.md", b"# Pump\n\nPump to 4 bar.", "text/markdown")}
+        uploaded = httpx.post(
+            f"{url}/v1/documents/files", files=files, data={"collection": "public"},
+            headers=auth("root"),
+        )  # fmt: skip
+        assert uploaded.is_success, uploaded.text
+        gone = httpx.delete(
+            f"{url}/v1/documents?source=stoves.md&collection=public", headers=auth("root")
+        )
+        assert gone.json()["removed"] == 1
+    assert heard == [
+        ("public", ["stoves.md"]),
+        ("public", ["manuals/pump.md"]),
+        ("public", ["stoves.md"]),
+    ]

@@ -280,9 +280,9 @@ def serve(
     warning = exposure_warning(server.host, has_keys=bool(server.keys))
     if warning is not None:
         errors.print(f"[yellow]warning:[/] {warning}")
-    # the watch writes through this process's knowledge base; workers read the same file
-    stop_watching = start_watch(kb, watched, watch_collection) if watched else None
     if server.workers > 1:
+        # the watch writes through this process's knowledge base; workers read the same file
+        stop_watching = start_watch(kb, watched, watch_collection) if watched else None
         # opened here to refuse a missing knowledge base (and make a new database's tables)
         # once, before any worker starts; each worker opens its own
         served = str(kb.path) if kb.path is not None else (location or default_kb_location())
@@ -300,6 +300,11 @@ def serve(
                 kb.close()
         return
     service = Service(kb, configured)
+    stop_watching = (
+        start_watch(kb, watched, watch_collection, changed=service.documents_changed)
+        if watched
+        else None
+    )
     errors.print(f"ragloop serving on {shown_url(sock)} (Ctrl-C stops)")
     try:
         run_server(create_app(service), sock, header_timeout_s=server.header_timeout_s)
@@ -310,8 +315,15 @@ def serve(
         kb.close()
 
 
-def start_watch(kb: KnowledgeBase, paths: Sequence[Path], collection: str) -> Callable[[], None]:
-    """Watch ``paths`` in a thread, a line on stderr per batch; returns what stops it."""
+def start_watch(
+    kb: KnowledgeBase,
+    paths: Sequence[Path],
+    collection: str,
+    *,
+    changed: Callable[[str, Sequence[str]], None] | None = None,
+) -> Callable[[], None]:
+    """Watch ``paths`` in a thread, a line on stderr per batch, each batch's documents given to
+    ``changed`` (the service's MCP notifications); returns what stops it."""
     from ragloop.kb.watch import FolderWatcher  # watchfiles: only when watching
 
     watcher = FolderWatcher(kb, paths, collection=collection)
@@ -320,6 +332,8 @@ def start_watch(kb: KnowledgeBase, paths: Sequence[Path], collection: str) -> Ca
     def run() -> None:
         for batch in watcher.batches(stop):
             errors.print(f"watch: {batch_line(batch)}")
+            if changed is not None and batch.sources:
+                changed(collection, batch.sources)
 
     thread = threading.Thread(target=run, name="ragloop-watch", daemon=True)
     thread.start()

@@ -7,12 +7,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ragloop.cli.common import (
     console,
+    errors,
     kb_option,
     open_kb,
     open_traces,
@@ -21,8 +22,11 @@ from ragloop.cli.common import (
 )
 from ragloop.cli.display import print_trace
 from ragloop.cli.tables import Column, cell, print_table, shorten
-from ragloop.core.errors import StoreError, TraceCorrupted, TraceNotFound
+from ragloop.core.errors import RagloopError, StoreError, TraceCorrupted, TraceNotFound
 from ragloop.demo import demo_kb_path
+
+if TYPE_CHECKING:
+    from ragloop.evaluation.replay import ReplayedQuestion, ReplayReport
 from ragloop.observability.report_html import render_html
 from ragloop.observability.staleness import StaleSource, VersionOf, stale_sources
 from ragloop.observability.traces import TraceRecord, TraceStorage
@@ -185,3 +189,171 @@ def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -
     record = load(store, trace_id)
     html_out.write_text(render_html(record, stale_of(record, kb_location, demo)), encoding="utf-8")
     console.print(f"wrote {html_out}")
+
+
+@traces_group.command()
+@click.argument("trace_ids", nargs=-1)
+@kb_option
+@demo_option
+@click.option("--last", type=click.IntRange(1, 100_000), default=None, help="The newest N runs.")
+@click.option("--stale", is_flag=True, help="The runs whose cited documents changed since.")
+@click.option(
+    "--eval",
+    "eval_set",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The questions of an eval set (JSONL with a 'question' field): each against its "
+    "newest stored run; one never asked is run with --engine and reported new.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["rag", "agent", "retrieval"]),
+    default="rag",
+    show_default=True,
+    help="With --eval: the engine for questions no stored run asked.",
+)
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path),
+    default=None,
+    callback=output_file,
+    help="Write the whole report as JSON.",
+)
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path),
+    default=None,
+    callback=output_file,
+    help="Write the report as a self-contained HTML page.",
+)
+@click.option(
+    "--fail-under",
+    type=click.FloatRange(0.0, 1.0),
+    default=None,
+    help="Exit 1 when the share of questions that did not get worse is below this (e.g. 0.95).",
+)
+def replay(
+    trace_ids: tuple[str, ...],
+    kb_location: str | None,
+    demo: bool,
+    last: int | None,
+    stale: bool,
+    eval_set: Path | None,
+    engine: str,
+    json_out: Path | None,
+    html_out: Path | None,
+    fail_under: float | None,
+) -> None:
+    """Ask stored runs' questions again, with the same engine and settings, against the
+    knowledge base and configuration as they are now, and show what changed.
+
+    Choose the runs by TRACE_IDS, --last N, --stale or --eval FILE. Each question comes out
+    same, changed (answer or citations), better, worse (it no longer stands by its answer, its
+    chance of being right fell by 0.1 or more, or it cites nothing now), failed or new."""
+    # the engines load only for a replay: list and show start as fast as before
+    from ragloop.cli.ask import build_engine
+    from ragloop.cli.common import settings
+    from ragloop.cli.demo import open_demo
+    from ragloop.evaluation.datasets import load_dataset
+    from ragloop.evaluation.replay import replay as replay_runs
+    from ragloop.evaluation.replay import replay_questions
+
+    chosen = [bool(trace_ids), last is not None, stale, eval_set is not None]
+    if sum(chosen) != 1:
+        raise click.UsageError("choose the runs one way: TRACE_IDS, --last, --stale or --eval")
+    questions = [q.question for q in load_dataset(eval_set).questions] if eval_set else None
+    records = replay_records(kb_location, demo, trace_ids, last, stale, questions)
+    kb = open_demo() if demo else open_kb(kb_location, create=False)
+    configured = settings()
+    model_options = configured.model.options()
+
+    def make_engine(name: str, spec: str | None, options: dict[str, Any]) -> Any:
+        return build_engine(name, kb, spec, options, model_options)
+
+    def shown(done: ReplayedQuestion) -> None:
+        errors.print(f"  {done.verdict:>7}  {cell(shorten(done.question, QUESTION_CHARS))}")
+
+    try:
+        if questions is not None:
+            report = replay_questions(
+                questions, records, make_engine, engine=engine, on_question=shown
+            )
+        else:
+            report = replay_runs(records, make_engine, on_question=shown)
+    except RagloopError as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        kb.close()
+    show_replay(report)
+    if json_out is not None:
+        json_out.write_text(report.model_dump_json(indent=2), encoding="utf-8")
+        console.print(f"report written to {json_out}")
+    if html_out is not None:
+        from ragloop.evaluation.replay import render_html
+
+        html_out.write_text(render_html(report), encoding="utf-8")
+        console.print(f"page written to {html_out}")
+    if fail_under is not None and report.not_worse < fail_under:
+        errors.print(
+            f"[red]failed:[/] {report.not_worse:.1%} of the questions did not get worse, "
+            f"under --fail-under {fail_under:g}"
+        )
+        raise click.exceptions.Exit(1)
+
+
+def replay_records(
+    kb_location: str | None,
+    demo: bool,
+    trace_ids: tuple[str, ...],
+    last: int | None,
+    stale: bool,
+    questions: list[str] | None = None,
+) -> list[TraceRecord]:
+    """The stored runs to replay, whole (events too: they say what each run spent), oldest
+    first: by id, the newest ``last``, the stale ones, or the ones that asked ``questions``."""
+    store = open_store(kb_location, demo)
+    try:
+        if trace_ids:
+            listed_ids = list(trace_ids)
+        elif stale:
+            with current_versions(kb_location, demo) as version_of:
+                listed_ids = [r.id for r in store.list(STALE_SCAN) if stale_sources(r, version_of)]
+        elif questions is not None:
+            asked = set(questions)
+            listed_ids = [r.id for r in store.list(STALE_SCAN) if r.question in asked]
+        else:
+            listed_ids = [r.id for r in store.list(last or STALE_SCAN)]
+        records = [store.get(i) for i in listed_ids]
+    except (TraceNotFound, TraceCorrupted, StoreError) as error:
+        raise click.ClickException(str(error)) from None
+    finally:
+        store.close()
+    return sorted(records, key=lambda r: r.started_at)
+
+
+def show_replay(report: ReplayReport) -> None:
+    """The questions that did not come out the same, then the counts."""
+    rows = []
+    for q in report.questions:
+        if q.verdict == "same":
+            continue
+        before = q.before.stop_reason if q.before else "-"
+        after = q.after.stop_reason if q.after else (q.error or "-")
+        cited = " ".join([f"+{s}" for s in q.cited_gained] + [f"-{s}" for s in q.cited_lost])
+        rows.append(
+            [
+                q.verdict,
+                cell(shorten(q.question, QUESTION_CHARS)),
+                cell(f"{before} -> {after}"),
+                cell(cited or ("answer changed" if q.answer_changed else "")),
+            ]
+        )
+    if rows:
+        print_table(console, ["verdict", "question", "stopped", "citations"], rows)
+    counts = ", ".join(f"{n} {verdict}" for verdict, n in report.counts.items() if n)
+    console.print(
+        f"replayed {len(report.questions)} question(s): {counts or 'none'}; "
+        f"{report.not_worse:.1%} did not get worse"
+    )

@@ -31,7 +31,7 @@ import watchfiles
 from pydantic import BaseModel, Field
 
 from ragloop.core.errors import RagloopError
-from ragloop.kb.ingest.discover import SKIPPED_DIRS, Candidate, IngestReport
+from ragloop.kb.ingest.discover import SKIPPED_DIRS, Candidate, IngestReport, file_of
 from ragloop.kb.ingest.sources import base_folder
 from ragloop.kb.knowledge_base import KnowledgeBase, VectorsWhen
 from ragloop.kb.readers import SUPPORTED_SUFFIXES
@@ -50,13 +50,19 @@ class StopSignal(Protocol):
 class WatchBatch(BaseModel):
     """One burst of changes applied: the paths seen ``changed`` (added or edited: ingested)
     and ``removed`` (gone: their documents removed), the ingest's report, when the batch was
-    applied (``at``, UTC) and how long it took; ``full``: a pass over every watched path (the
+    applied (``at``, UTC) and how long it took; ``sources``: the documents' sources it touched
+    (a changed file's, as the folder names it; each removed document's); ``full``: a pass over
+    every watched path (the
     sync when the watch begins) rather than the paths that changed; ``error``: why the
     knowledge base could not apply it (None when it did)."""
 
     full: bool = False
     changed: list[str] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
+    sources: list[str] = Field(
+        default_factory=list,
+        description="The sources of the documents the changed files are and of those removed.",
+    )
     report: IngestReport = Field(default_factory=IngestReport)
     at: datetime
     seconds: float = 0.0
@@ -158,6 +164,7 @@ class FolderWatcher:
         batch = WatchBatch(
             changed=[str(p) for p in changed],
             removed=[str(p) for p in removed],
+            sources=self._sources(changed, removed),
             at=datetime.now(UTC),
         )
         return self._run(
@@ -170,6 +177,21 @@ class FolderWatcher:
                 vectors=self.vectors,
             ),
         )
+
+    def _sources(self, changed: list[Path], removed: list[Path]) -> list[str]:
+        """The sources of the changed files (named relative to the base, as they are stored)
+        and of the stored documents whose files are under a removed path."""
+        found = {
+            p.relative_to(self.base).as_posix()
+            for p in changed
+            if p.is_relative_to(self.base) and not p.is_dir()
+        }
+        if removed:
+            for doc in self.kb.store.documents(self.collection):
+                file = file_of(doc)
+                if any(file.is_relative_to(r) for r in removed):
+                    found.add(doc.source)
+        return sorted(found)
 
     def _run(self, batch: WatchBatch, ingest: Callable[[], IngestReport]) -> WatchBatch:
         started = time.perf_counter()

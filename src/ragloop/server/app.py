@@ -287,6 +287,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         report = await asyncio.to_thread(
             lambda: service.kb.add_documents(body.documents, collection=body.collection)
         )
+        service.documents_changed(body.collection, [d.source for d in body.documents])
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
     @app.post("/v1/documents/files", response_model=IngestResponse, tags=["documents"])
@@ -300,9 +301,10 @@ def _routes(app: FastAPI, service: Service) -> None:
         (`a/notes.md`); a bad name or two parts of one name refuse the request (422) before
         anything is ingested."""
         caller.require_admin()
-        upload_names([upload.filename for upload in files])  # refuse before reading any
+        sources = upload_names([upload.filename for upload in files])  # refuse before reading
         given = [(upload.filename or "", await upload.read()) for upload in files]
         report = await asyncio.to_thread(lambda: service.kb.add_files(given, collection=collection))
+        service.documents_changed(collection, sources)
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
     @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
@@ -315,6 +317,8 @@ def _routes(app: FastAPI, service: Service) -> None:
         only."""
         caller.require_admin()
         removed = await asyncio.to_thread(lambda: service.kb.delete(source, collection=collection))
+        if removed:
+            service.documents_changed(collection, [source])
         return DeleteResponse(removed=removed)
 
 

@@ -12,6 +12,14 @@ bounds in the input schema (a value out of range is a tool error naming it, neve
   sources; each event of the run is sent as a progress notification while it runs;
 - ``collections()``: the collections the caller may read, with their document counts.
 
+Resources: each document is ``ragloop://documents/{collection}/{source}`` (every hit names its
+``resource``); reading one gives its collection, source and version (its content hash). A client
+that listens for it (``subscriptions/listen`` with the URI, MCP 2026-07-28) is told when it
+changes (``notifications/resources/updated``: an admin's write through the API, or a folder the
+server watches) and that the list of documents changed, so an assistant can re-ask what it
+answered from the old version. The notices of ``ragloop serve --workers N`` reach the clients
+of the worker that made the change (a watching parent's reach none).
+
 Each hit carries the section it comes from as the CLI shows it (``heading``: "Skylark 2 >
 Price and warranty") and a ``citation`` a person can open: the document's URL when it has one
 (a ``url`` in its metadata), else the source with the section's anchor
@@ -28,9 +36,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
+from urllib.parse import quote, unquote
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged, ResourceUpdated
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
@@ -52,6 +62,7 @@ INSTRUCTIONS = (
 )
 
 
+DOCUMENTS = "ragloop://documents"  # a document's resource: DOCUMENTS/{collection}/{source}
 MAX_TOP_K = 50
 MAX_EVIDENCE = 50
 # the argument types, with their descriptions and bounds (module level: the SDK reads the
@@ -82,6 +93,10 @@ Engine = Annotated[
 
 class Hit(BaseModel):
     id: str = Field(description="The chunk's id: fetch(id) reads it.")
+    resource: str | None = Field(
+        default=None,
+        description="The document's MCP resource: listen to it to hear when it changes.",
+    )
     title: str | None = Field(description="The document's title.")
     heading: str | None = Field(
         description="The section the chunk comes from, its headings joined by ' > '."
@@ -146,6 +161,7 @@ def _hit(chunk: Any) -> Hit:
     path = [str(h) for h in chunk.metadata.get("heading_path") or [] if str(h).strip()]
     return Hit(
         id=chunk.id,
+        resource=document_uri(collection, chunk.source) if isinstance(collection, str) else None,
         title=title if isinstance(title, str) else None,
         heading=" > ".join(path) or (title if isinstance(title, str) and title else None),
         citation=citation(chunk.source, chunk.metadata.get("url"), path),
@@ -154,6 +170,51 @@ def _hit(chunk: Any) -> Hit:
         score=round(chunk.score, 6),
         text=chunk.content,
     )
+
+
+def document_uri(collection: str, source: str) -> str:
+    """A document's MCP resource URI (the source's slashes kept, everything else quoted)."""
+    return f"{DOCUMENTS}/{quote(collection, safe='')}/{quote(source, safe='/')}"
+
+
+class DocumentResource(BaseModel):
+    collection: str
+    source: str
+    version: str = Field(description="The content hash of the document as it is now.")
+
+
+class DocumentNotices:
+    """Tells MCP clients that documents changed: a resource-updated event for each, then a
+    resources-list-changed one, on the subscription bus of the server's event loop (the first
+    request made it known: with no request yet, nobody listens). :meth:`changed` may be
+    called from any thread (a folder watcher's, a route's)."""
+
+    def __init__(self) -> None:
+        self.bus = InMemorySubscriptionBus()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # held: a task nobody holds may vanish
+
+    def changed(self, collection: str, sources: list[str]) -> None:
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        events: list[Any] = [ResourceUpdated(uri=document_uri(collection, s)) for s in sources]
+        events.append(ResourcesListChanged())
+
+        async def publish() -> None:
+            for event in events:
+                await self.bus.publish(event)
+
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            task = loop.create_task(publish())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        else:
+            asyncio.run_coroutine_threadsafe(publish(), loop)
 
 
 def citation(source: str, url: object, headings: list[str]) -> str:
@@ -172,10 +233,17 @@ def anchor(heading: str) -> str:
     return kept.replace(" ", "-")
 
 
-def build_mcp(service: Service) -> MCPServer:
-    """The MCP server over ``service``."""
+def build_mcp(service: Service, notices: DocumentNotices | None = None) -> MCPServer:
+    """The MCP server over ``service``; ``notices`` carries its document-change events (made
+    here, and told of the service's writes, when not given)."""
+    notices = notices or DocumentNotices()
+    service.on_documents_changed(notices.changed)
     server: MCPServer = MCPServer(
-        "ragloop", instructions=INSTRUCTIONS, version=_version(), log_level="WARNING"
+        "ragloop",
+        instructions=INSTRUCTIONS,
+        version=_version(),
+        log_level="WARNING",
+        subscriptions=notices.bus,
     )
     default_engine = service.settings.engine.default
 
@@ -282,6 +350,22 @@ def build_mcp(service: Service) -> MCPServer:
             gaps=result.gaps,
         )
 
+    @server.resource(
+        f"{DOCUMENTS}/{{collection}}/{{+source}}",
+        name="document",
+        description="A document of the knowledge base: its collection, source and version "
+        "(content hash). Listen to it to hear when it is edited or removed.",
+        mime_type="application/json",
+    )
+    async def document(collection: str, source: str, ctx: Context) -> str:
+        notices.loop = notices.loop or asyncio.get_running_loop()
+        name = scope(caller(ctx), unquote(collection)) or unquote(collection)
+        version = await asyncio.to_thread(service.kb.document_version, name, unquote(source))
+        if version is None:
+            raise ToolError(f"no document {unquote(source)!r} in collection {name!r}")
+        found = DocumentResource(collection=name, source=unquote(source), version=version)
+        return found.model_dump_json()
+
     return server
 
 
@@ -387,17 +471,33 @@ class KeyCheck:
         await self.app(scope, receive, send)
 
 
+class LoopCapture:
+    """Makes the serving event loop known to :class:`DocumentNotices` (a listen stream is a
+    request: by the time anyone listens, the loop is known)."""
+
+    def __init__(self, app: ASGIApp, notices: DocumentNotices) -> None:
+        self.app = app
+        self.notices = notices
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.notices.loop is None:
+            self.notices.loop = asyncio.get_running_loop()
+        await self.app(scope, receive, send)
+
+
 def mcp_http_app(service: Service, *, path: str = "/mcp", guarded: bool = True) -> Starlette:
     """MCP over streamable HTTP at ``path``, keys checked; run its lifespan (the session
     manager) with the app that serves it. Without keys, :class:`LocalGuard` checks ``Host``
     and ``Origin`` (``guarded=False`` when the app serving it has the guard already); the SDK's
     own check is off so the rules are the same as the rest of the server's."""
-    server = build_mcp(service)
+    notices = DocumentNotices()
+    server = build_mcp(service, notices)
     app = server.streamable_http_app(
         streamable_http_path=path,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     app.add_middleware(KeyCheck, service=service)
+    app.add_middleware(LoopCapture, notices=notices)
     if guarded:
         app.add_middleware(LocalGuard, access=service.access)
     return app

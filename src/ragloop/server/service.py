@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +106,27 @@ class Service:
         self._engines: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._lock = threading.Lock()
         self._collections: frozenset[str] = frozenset()  # names seen; refreshed on a miss
+        self._document_listeners: list[Callable[[str, list[str]], None]] = []
+
+    def on_documents_changed(self, listener: Callable[[str, list[str]], None]) -> None:
+        """Call ``listener(collection, sources)`` after documents are added, replaced or
+        removed through this service (its routes, a folder it watches): MCP's resource
+        notifications."""
+        self._document_listeners.append(listener)
+
+    def documents_changed(self, collection: str | None, sources: Sequence[str]) -> None:
+        """Tell the listeners that these documents changed (``collection`` None: in every
+        collection that may hold them); a listener that fails is logged, never the writer's
+        error."""
+        if not sources:
+            return
+        names = [collection] if collection else [c.name for c in self.kb.collections()]
+        for listener in list(self._document_listeners):
+            for name in names:
+                try:
+                    listener(name, list(sources))
+                except Exception:  # a notification must not fail the write that caused it
+                    logger.exception("a documents-changed listener failed")
 
     def close(self) -> None:
         self.recorder.__exit__(None, None, None)
