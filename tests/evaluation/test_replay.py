@@ -215,3 +215,28 @@ def test_ragloop_traces_replay_writes_json_and_html_and_gates_on_fail_under(shop
     code, out = ragloop("traces", "replay", "--kb", str(kb_path))
     assert code == 2
     assert "choose the runs one way" in out
+
+
+def test_a_run_says_how_many_model_calls_it_made(shop):
+    from ragloop import LoopConfig, RAGLoop
+    from ragloop.components.reformulators import LLMReformulator
+    from ragloop.engines.defaults.rag import rag_parts
+    from ragloop.observability.traces import TraceRecorder
+    from ragloop.testing import ScriptedModel
+
+    kb_path, _ = shop
+    with KnowledgeBase(kb_path, create=False, embedder=None) as kb:
+        parts = rag_parts(kb)
+        reply = '{"strategy": "expand", "queries": ["kettle boiling time"], "reasoning": "more"}'
+        loop = RAGLoop(
+            parts.retriever,
+            parts.generator,
+            parts.evaluator,
+            LLMReformulator(ScriptedModel([reply])),
+            LoopConfig(max_iterations=2, target_precision=0.99),  # out of reach: it reformulates
+        )
+        with TraceRecorder(None) as recorder:
+            result = loop.run(KETTLE_Q)
+        (record,) = recorder.records.values()
+    assert len(result.llm_calls) == 1
+    assert RunOutcome.of(record).llm_calls == 1

@@ -144,6 +144,13 @@ def collect_calls() -> Iterator[list[LLMCall]]:
         _collectors.reset(token)
 
 
+def calls_so_far() -> int:
+    """How many model calls the innermost :func:`collect_calls` block holds (0 outside one):
+    inside an engine's run, the run's own calls so far."""
+    collectors = _collectors.get()
+    return len(collectors[-1]) if collectors else 0
+
+
 def record_call(call: LLMCall) -> None:
     """Add ``call`` to every active :func:`collect_calls` block (no-op outside them)."""
     for calls in _collectors.get():

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from ragloop.core.budget import Budget, BudgetSpend, BudgetTracker, check_budget
 from ragloop.core.calls import run_sync, sync_calls_in_threads
 from ragloop.core.errors import check_query
-from ragloop.core.limits import with_llm_calls
+from ragloop.core.limits import calls_so_far, with_llm_calls
 from ragloop.core.records import StopReason
 from ragloop.observability.run import RunTelemetry
 from ragloop.observability.stream import RunStream, stream_run
@@ -61,14 +61,15 @@ def finish(
     content: dict[str, Any] | None = None,
 ) -> Finished:
     """``result``, after its run's telemetry recorded how it ended (``run_finished``, the run
-    span's outcome) with the engine's own ``attributes`` and ``content``."""
+    span's outcome) with the engine's own ``attributes`` and ``content``, and how many model
+    calls the run made (``llm_calls``)."""
     telemetry.finish(
         stop_reason=result.stop_reason,
         iterations=result.iterations,
         budget_used=result.budget_used,
         chunk_count=chunk_count,
         error=result.error,
-        attributes=attributes,
+        attributes={"llm_calls": calls_so_far(), **(attributes or {})},
         content=content,
     )
     return result

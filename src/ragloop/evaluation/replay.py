@@ -5,7 +5,7 @@ and configuration as they are now, and what changed.
 the engine and settings its trace names (``meta``: ``engine``, ``model``, and the loop settings
 ``ragloop ask`` and the server record), and compares the two runs as their traces tell them
 (:class:`RunOutcome`): the answer, the documents it cites, the stop reason, whether the run
-stood by its answer, its chance of being right, iterations, searches and tokens.
+stood by its answer, its chance of being right, iterations, searches, model calls and tokens.
 
 Each question gets a :class:`Verdict`: ``worse`` when the run stood by its answer before and
 does not now, or its chance of being right fell by :data:`WORSE_BY` or more, or it cites
@@ -50,6 +50,7 @@ class RunOutcome(BaseModel):
     probability: float | None
     iterations: int
     searches: int
+    llm_calls: int = 0
     tokens: int
 
     @classmethod
@@ -57,6 +58,7 @@ class RunOutcome(BaseModel):
         finished = record.events[-1] if record.events else None
         attributes = finished.attributes if finished is not None else {}
         probability = attributes.get("probability")
+        calls = attributes.get("llm_calls")
         spent = attributes.get("budget_used")
         tokens = spent.get("tokens", 0) if isinstance(spent, dict) else 0
         return cls(
@@ -68,6 +70,7 @@ class RunOutcome(BaseModel):
             probability=float(probability) if isinstance(probability, int | float) else None,
             iterations=record.iterations,
             searches=sum(e.kind is EventKind.SEARCH for e in record.events),
+            llm_calls=calls if isinstance(calls, int) else 0,
             tokens=int(tokens) if isinstance(tokens, int | float) else 0,
         )
 
@@ -278,5 +281,5 @@ def _run_cell(run: RunOutcome | None) -> str:
     return (
         f"<div>{escape(answer_text(run.answer)[:400])}</div><small>{escape(run.stop_reason or '-')}"
         f", chance {chance}, {run.iterations} iteration(s), {run.searches} search(es), "
-        f"{run.tokens} token(s)</small>"
+        f"{run.llm_calls} model call(s), {run.tokens} token(s)</small>"
     )
