@@ -28,12 +28,11 @@ from ragloop.demo import demo_kb_path
 if TYPE_CHECKING:
     from ragloop.evaluation.replay import ReplayedQuestion, ReplayReport
 from ragloop.observability.report_html import render_html
-from ragloop.observability.staleness import StaleSource, VersionOf, stale_sources
+from ragloop.observability.staleness import STALE_SCAN, StaleSource, VersionOf, stale_sources
 from ragloop.observability.traces import TraceRecord, TraceStorage
 
 F = TypeVar("F", bound=Callable[..., Any])
 QUESTION_CHARS = 120  # of a question in the list; `traces show` and --json hold it whole
-STALE_SCAN = 10_000  # the newest runs `traces list --stale` looks through
 
 
 def demo_option(function: F) -> F:

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from ragloop.observability.traces import TraceRecord
 
 VersionOf = Callable[[str, str], str | None]  # (collection, source) -> content hash, or None
+STALE_SCAN = 10_000  # the newest runs a search for stale ones looks through
 
 
 class StaleSource(BaseModel):

@@ -33,7 +33,7 @@ from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.kb.knowledge_base import KnowledgeBase, SearchMode
 from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.observability.staleness import StaleSource, stale_sources
+from ragloop.observability.staleness import STALE_SCAN, StaleSource, stale_sources
 from ragloop.observability.stream import RunStream
 from ragloop.observability.trace_stores import (
     PostgresTraceStore,
@@ -60,7 +60,6 @@ logger = logging.getLogger("ragloop.server")
 
 ENGINE_NAMES = tuple(sorted(ENGINES))
 EVIDENCE = "evidence"
-STALE_SCAN = 10_000  # the newest runs looked through for stale ones
 MAX_ENGINES = 64  # engines kept (kinds x scopes x settings); the least used is dropped
 
 
