@@ -240,3 +240,17 @@ def test_a_run_says_how_many_model_calls_it_made(shop):
         (record,) = recorder.records.values()
     assert len(result.llm_calls) == 1
     assert RunOutcome.of(record).llm_calls == 1
+
+
+def test_a_replay_with_other_settings_shows_what_the_change_does(shop):
+    kb_path, _ = shop
+    ask(kb_path, KETTLE_Q)
+    code, out = ragloop(
+        "traces", "replay", "--last", "1", "--kb", str(kb_path), "--set", "target_precision=0.99"
+    )
+    assert code == 0, out
+    assert "converged -> max_iterations" in out  # 0.99 is out of the answer's reach
+    assert "1 worse" in out
+    code, out = ragloop("traces", "replay", "--last", "1", "--kb", str(kb_path), "--set", "x")
+    assert code == 2
+    assert "is not KEY=VALUE" in out

@@ -186,3 +186,23 @@ def _public_chunks(data: Any) -> Any:
     if "content" in shown and isinstance(shown.get("metadata"), dict):
         shown["metadata"] = public_metadata(shown["metadata"])
     return shown
+
+
+def parse_settings(settings: tuple[str, ...]) -> dict[str, object]:
+    """``--set KEY=VALUE`` options as settings: numbers and true/false read as such."""
+    parsed: dict[str, object] = {}
+    for item in settings:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        value: object = raw
+        for cast in (int, float):
+            try:
+                value = cast(raw)
+                break
+            except ValueError:
+                continue
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        parsed[key.strip()] = value
+    return parsed

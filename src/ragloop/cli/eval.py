@@ -24,6 +24,7 @@ from ragloop.cli.common import (
     console,
     errors,
     output_file,
+    parse_settings,
 )
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
@@ -53,25 +54,6 @@ def _cache_path(dataset: EvalDataset, embedder: str, titles: bool) -> Path:
         digest.update(f"{passage.id}\0{passage.title}\0{passage.text}\0".encode())
     name = f"{dataset.name}-{digest.hexdigest()[:12]}-{embedder}{'' if titles else '-notitles'}"
     return Path(platformdirs.user_cache_dir("ragloop")) / "eval" / f"{name}.sqlite"
-
-
-def _parse_settings(settings: tuple[str, ...]) -> dict[str, object]:
-    parsed: dict[str, object] = {}
-    for item in settings:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
-        value: object = raw
-        for cast in (int, float):
-            try:
-                value = cast(raw)
-                break
-            except ValueError:
-                continue
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        parsed[key.strip()] = value
-    return parsed
 
 
 def _accepts_target(engine: str) -> bool:
@@ -192,7 +174,7 @@ def eval_command(
         )
     if calibrate_out is not None and engines and not set(engines) & set(ANSWERING):
         raise InputError("--calibrate needs an answering configuration: --engine rag or agent")
-    options = _parse_settings(settings)  # a malformed --set fails before any indexing
+    options = parse_settings(settings)  # a malformed --set fails before any indexing
     target = DEFAULT_TARGET if target_precision is None else target_precision
     try:
         data = load_dataset(dataset, corpus).sample(limit)

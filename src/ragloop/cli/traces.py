@@ -18,6 +18,7 @@ from ragloop.cli.common import (
     open_kb,
     open_traces,
     output_file,
+    parse_settings,
     print_json,
 )
 from ragloop.cli.display import print_trace
@@ -228,6 +229,20 @@ def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -
     help="Write the report as a self-contained HTML page.",
 )
 @click.option(
+    "--set",
+    "settings_given",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Replay with this loop setting instead of the recorded one, e.g. --set "
+    "max_iterations=4 (repeatable): what a change of settings does.",
+)
+@click.option(
+    "--model",
+    "model_spec",
+    default=None,
+    help="Replay with this model instead of the recorded one ('offline': the offline components).",
+)
+@click.option(
     "--fail-under",
     type=click.FloatRange(0.0, 1.0),
     default=None,
@@ -243,10 +258,13 @@ def replay(
     engine: str,
     json_out: Path | None,
     html_out: Path | None,
+    settings_given: tuple[str, ...],
+    model_spec: str | None,
     fail_under: float | None,
 ) -> None:
-    """Ask stored runs' questions again, with the same engine and settings, against the
-    knowledge base and configuration as they are now, and show what changed.
+    """Ask stored runs' questions again, with the same engine and settings (or those --set
+    and --model give), against the knowledge base and configuration as they are now, and
+    show what changed.
 
     Choose the runs by TRACE_IDS, --last N, --stale or --eval FILE. Each question comes out
     same, changed (answer or citations), better, worse (it no longer stands by its answer, its
@@ -259,6 +277,7 @@ def replay(
     from ragloop.evaluation.replay import replay as replay_runs
     from ragloop.evaluation.replay import replay_questions
 
+    overrides = parse_settings(settings_given)  # a malformed --set fails before any work
     chosen = [bool(trace_ids), last is not None, stale, eval_set is not None]
     if sum(chosen) != 1:
         raise click.UsageError("choose the runs one way: TRACE_IDS, --last, --stale or --eval")
@@ -269,7 +288,15 @@ def replay(
     model_options = configured.model.options()
 
     def make_engine(name: str, spec: str | None, options: dict[str, Any]) -> Any:
-        return build_engine(name, kb, spec, options, model_options)
+        if "target_precision" in overrides:  # one of the two stop rules, as ragloop ask
+            options.pop("confidence_threshold", None)
+        elif "confidence_threshold" in overrides:
+            options.pop("target_precision", None)
+        if model_spec is not None:
+            spec = None if model_spec == "offline" else model_spec
+        # the config's model options (a base URL, a key) go with the config's model only
+        given = model_options if spec == configured.model.spec else {}
+        return build_engine(name, kb, spec, {**options, **overrides}, given)
 
     def shown(done: ReplayedQuestion) -> None:
         errors.print(f"  {done.verdict:>7}  {cell(shorten(done.question, QUESTION_CHARS))}")
