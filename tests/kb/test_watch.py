@@ -166,6 +166,15 @@ def test_swap_files_hidden_files_and_unread_types_are_not_looked_at(kb, docs):
     assert names(seen) == {"last.md"}
 
 
+def test_a_folder_with_a_dot_in_its_name_is_followed(kb, docs, tmp_path):
+    outside = tmp_path / "release-3.11"
+    outside.mkdir()
+    (outside / "notes.md").write_text("# Notes\n\nThe 3.11 release adds a faster kettle.\n")
+    with watching(kb, docs):
+        outside.rename(docs / "release-3.11")
+        wait_for(lambda: "release-3.11/notes.md" in sources(kb), "the moved-in folder's file")
+
+
 def test_a_deleted_folder_takes_its_documents_and_a_moved_one_brings_them_back(kb, docs):
     with watching(kb, docs):
         (docs / "guide").rename(docs / "manual")

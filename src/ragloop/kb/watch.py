@@ -102,8 +102,9 @@ class FolderWatcher:
 
     def watched(self, path: Path) -> bool:
         """Whether a change of ``path`` is one an ingest of the watched paths would see: under
-        them, no hidden or skipped folder on the way, a type ragloop reads (a path without a
-        suffix may be a folder that went away, so it is looked at)."""
+        them, no hidden or skipped folder on the way, a folder or a type ragloop reads (a path
+        without a suffix may be a folder that went away, so it is looked at; a folder with a
+        dot in its name that went away is caught by the sync when a watch begins)."""
         for anchor in self.paths:
             if path == anchor:
                 return True
@@ -111,7 +112,9 @@ class FolderWatcher:
                 parts = path.relative_to(anchor).parts
                 if any(p.startswith(".") or p in SKIPPED_DIRS for p in parts):
                     return False
-                return not path.suffix or path.suffix.lower() in SUPPORTED_SUFFIXES
+                if not path.suffix or path.suffix.lower() in SUPPORTED_SUFFIXES:
+                    return True
+                return _exists(path) and path.is_dir()  # a folder like "release-3.11"
         return False
 
     def _filter(self, change: watchfiles.Change, raw: str) -> bool:
