@@ -254,3 +254,18 @@ def test_a_replay_with_other_settings_shows_what_the_change_does(shop):
     code, out = ragloop("traces", "replay", "--last", "1", "--kb", str(kb_path), "--set", "x")
     assert code == 2
     assert "is not KEY=VALUE" in out
+
+
+def test_confidence_is_read_from_the_run_not_guessed_from_its_stop(shop):
+    kb_path, _ = shop
+    ask(kb_path, KETTLE_Q, "--engine", "agent")
+    (record,) = stored(kb_path)
+    finished = record.events[-1]
+    assert record.stop_reason == "answered"
+    assert finished.attributes["confident"] is True
+    assert RunOutcome.of(record).confident
+    # an agent that answered below its target precision says so, and is not confident
+    finished.attributes["confident"] = False
+    assert not RunOutcome.of(record).confident
+    del finished.attributes["confident"]  # a trace from before: the stop decides
+    assert RunOutcome.of(record).confident

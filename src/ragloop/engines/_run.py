@@ -61,15 +61,19 @@ def finish(
     content: dict[str, Any] | None = None,
 ) -> Finished:
     """``result``, after its run's telemetry recorded how it ended (``run_finished``, the run
-    span's outcome) with the engine's own ``attributes`` and ``content``, and how many model
-    calls the run made (``llm_calls``)."""
+    span's outcome) with the engine's own ``attributes`` and ``content``, how many model calls
+    the run made (``llm_calls``) and whether it stands by its answer (``confident``)."""
     telemetry.finish(
         stop_reason=result.stop_reason,
         iterations=result.iterations,
         budget_used=result.budget_used,
         chunk_count=chunk_count,
         error=result.error,
-        attributes={"llm_calls": calls_so_far(), **(attributes or {})},
+        attributes={
+            "llm_calls": calls_so_far(),
+            "confident": getattr(result, "confident", None),  # the retrieval loop answers none
+            **(attributes or {}),
+        },
         content=content,
     )
     return result

@@ -59,6 +59,7 @@ class RunOutcome(BaseModel):
         attributes = finished.attributes if finished is not None else {}
         probability = attributes.get("probability")
         calls = attributes.get("llm_calls")
+        confident = attributes.get("confident")  # older traces: a converged or answered stop
         spent = attributes.get("budget_used")
         tokens = spent.get("tokens", 0) if isinstance(spent, dict) else 0
         return cls(
@@ -66,7 +67,7 @@ class RunOutcome(BaseModel):
             answer=record.answer,
             cited=[c.source for c in record.cited] or _cited_sources(attributes.get("citations")),
             stop_reason=record.stop_reason,
-            confident=record.stop_reason in CONFIDENT,
+            confident=confident if isinstance(confident, bool) else record.stop_reason in CONFIDENT,
             probability=float(probability) if isinstance(probability, int | float) else None,
             iterations=record.iterations,
             searches=sum(e.kind is EventKind.SEARCH for e in record.events),
