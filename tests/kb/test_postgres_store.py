@@ -859,3 +859,38 @@ def test_the_kb_postgres_example_of_the_docs_is_valid_settings():
     settings = Settings.model_validate(tomllib.loads(block))
     assert settings.kb.postgres.store_options()["schema"] == "handbook"
     assert settings.kb.postgres.index_build_memory_mb == 4096
+
+
+def test_a_watched_folder_and_document_versions_on_postgresql(dsn, postgres_schema, tmp_path):
+    from ragloop.kb.watch import FolderWatcher
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "lake.md").write_text("# Lake\n\nA quiet glacier lake below the pass.\n")
+    (folder / "hut.md").write_text("# Hut\n\nThe hut sleeps twelve.\n")
+    kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
+    kb.ingest(folder)
+    (hit,) = kb.search("glacier lake", mode="bm25", top_k=1)
+    assert hit.metadata["document_version"] == kb.document_version("default", "lake.md")
+    before = kb.document_version("default", "lake.md")
+
+    stop, batches = threading.Event(), []
+    watcher = FolderWatcher(kb, [folder])
+    thread = threading.Thread(target=lambda: batches.extend(watcher.batches(stop)))
+    thread.start()
+    try:
+        time.sleep(1)  # the watch begins
+        (folder / "lake.md").write_text("# Lake\n\nA cold glacier lake, frozen until June.\n")
+        (folder / "hut.md").unlink()
+        deadline = time.monotonic() + 20
+        while kb.document_version("default", "hut.md") is not None or kb.document_version(
+            "default", "lake.md"
+        ) in (None, before):
+            assert time.monotonic() < deadline, batches
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(20)
+    assert [c.source for c in kb.search("frozen June", mode="bm25")] == ["lake.md"]
+    assert counters_match_the_chunks(dsn, postgres_schema)
+    kb.close()

@@ -5,11 +5,11 @@ operating system's change notifications, inotify on Linux, no polling of ours) a
 burst of changes with :meth:`KnowledgeBase.ingest_changes
 <ragloop.KnowledgeBase.ingest_changes>`: new and edited files ingested, named as an ingest of
 the folder names them; renamed ones under their new name; documents whose files are gone
-removed. Changes are gathered for ``debounce_ms`` after the first (an editor's save, a ``git
-checkout``, a copy of a thousand files arrive as one or a few batches), and only the paths
-that changed are looked at: nothing else is read. What an ingest would not read (hidden
-files and folders, editors' swap and backup files, types ragloop has no reader for) is not
-looked at either.
+removed. Changes that come together (each within :data:`STEP_MS` of the last) are gathered, for
+``debounce_ms`` at most (an editor's save, a ``git checkout``, a copy of a thousand files
+arrive as one or a few batches), and only the paths that changed are looked at: nothing else
+is read. What an ingest would not read (hidden files and folders, editors' swap and backup
+files, types ragloop has no reader for) is not looked at either.
 
 A file that cannot be read is skipped with its reason, as an ingest skips it, and keeps the
 document it had; an error of the knowledge base while a batch is applied is reported with that
@@ -38,7 +38,8 @@ from ragloop.kb.readers import SUPPORTED_SUFFIXES
 
 logger = logging.getLogger("ragloop")
 
-DEBOUNCE_MS = 300  # changes this close together are applied as one batch
+DEBOUNCE_MS = 300  # the longest a batch gathers changes before it is applied
+STEP_MS = 50  # a quiet spell this long ends a batch
 
 
 class StopSignal(Protocol):
@@ -134,7 +135,7 @@ class FolderWatcher:
             *self.paths,
             watch_filter=self._filter,
             debounce=self.debounce_ms,
-            step=50,
+            step=STEP_MS,
             stop_event=stop,
             rust_timeout=500,  # how often ``stop`` is looked at while nothing changes
             yield_on_timeout=True,  # the first timeout: the watch is on, sync now
