@@ -58,6 +58,15 @@ async def connect(
 ) -> AsyncIterator[Client]:
     """An MCP client session as alice (who may read the collection public only); a context
     manager, not a fixture: the SDK's task group must close in the task that opened it."""
+    async with serving_mcp(kb_path, tmp_path, key, model) as (client, _):
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def serving_mcp(
+    kb_path, tmp_path, key: str = "alice", model: object = None
+) -> AsyncIterator[tuple[Client, Service]]:
+    """:func:`connect`'s session, and the service behind the server."""
     kb = KnowledgeBase(kb_path, create=False)
     service = Service(kb, key_settings(traces=str(tmp_path / "t.sqlite")))
     if model is not None:
@@ -69,7 +78,7 @@ async def connect(
                 httpx2.AsyncClient(headers=headers, timeout=120) as http,
                 Client(streamable_http_client(f"{running.url}/mcp", http_client=http)) as client,
             ):
-                yield client
+                yield client, service
     finally:
         service.close()
         kb.close()
@@ -192,53 +201,43 @@ async def test_an_unsure_answer_says_what_was_found_and_what_was_not(kb_path, tm
 async def test_a_document_is_a_resource_and_a_listener_hears_when_it_changes(kb_path, tmp_path):
     import anyio
 
-    kb = KnowledgeBase(kb_path, create=False)
-    service = Service(kb, key_settings(traces=str(tmp_path / "t.sqlite")))
-    try:
-        with BackgroundServer(mcp_http_app(service)) as running:
-            headers = {"Authorization": f"Bearer {KEYS['alice']}"}
-            async with (
-                httpx2.AsyncClient(headers=headers, timeout=60) as http,
-                Client(streamable_http_client(f"{running.url}/mcp", http_client=http)) as client,
-            ):
-                found = await client.call_tool("search", {"query": "Skylark 2 warranty"})
-                uri = found.structured_content["results"][0]["resource"]
-                assert uri == "ragloop://documents/public/products/skylark-2.md"
-                read = await client.read_resource(uri)
-                before = json.loads(read.contents[0].text)
-                assert before["source"] == "products/skylark-2.md"
-                assert before["version"] == kb.document_version("public", "products/skylark-2.md")
+    async with serving_mcp(kb_path, tmp_path) as (client, service):
+        kb = service.kb
+        found = await client.call_tool("search", {"query": "Skylark 2 warranty"})
+        uri = found.structured_content["results"][0]["resource"]
+        assert uri == "ragloop://documents/public/products/skylark-2.md"
+        read = await client.read_resource(uri)
+        before = json.loads(read.contents[0].text)
+        assert before["source"] == "products/skylark-2.md"
+        assert before["version"] == kb.document_version("public", "products/skylark-2.md")
 
-                async with client.listen(
-                    resource_subscriptions=[uri], resources_list_changed=True
-                ) as events:
-                    edited = SKYLARK.replace("five-year", "ten-year")
-                    await anyio.to_thread.run_sync(
-                        lambda: kb.add_documents(
-                            [Document(source="products/skylark-2.md", text=edited)],
-                            collection="public",
-                        )
-                    )
-                    service.documents_changed("public", ["products/skylark-2.md"])
-                    heard = []
-                    with anyio.fail_after(20):
-                        async for event in events:
-                            heard.append(event)
-                            if len(heard) == 2:
-                                break
-                assert [type(e).__name__ for e in heard] == [
-                    "ResourceUpdated",
-                    "ResourcesListChanged",
-                ]
-                assert heard[0].uri == uri
-                after = json.loads((await client.read_resource(uri)).contents[0].text)
-                assert after["version"] != before["version"]
+        async with client.listen(
+            resource_subscriptions=[uri], resources_list_changed=True
+        ) as events:
+            edited = SKYLARK.replace("five-year", "ten-year")
+            await anyio.to_thread.run_sync(
+                lambda: kb.add_documents(
+                    [Document(source="products/skylark-2.md", text=edited)], collection="public"
+                )
+            )
+            service.documents_changed("public", ["products/skylark-2.md"])
+            heard = []
+            with anyio.fail_after(20):
+                async for event in events:
+                    heard.append(event)
+                    if len(heard) == 2:
+                        break
+        assert [type(e).__name__ for e in heard] == ["ResourceUpdated", "ResourcesListChanged"]
+        assert heard[0].uri == uri
+        after = json.loads((await client.read_resource(uri)).contents[0].text)
+        assert after["version"] != before["version"]
 
-                secret = await _refused(client, "ragloop://documents/secret/launch.md")
-                assert "secret" in secret
-    finally:
-        service.close()
-        kb.close()
+        secret = await _refused(client, "ragloop://documents/secret/launch.md")
+        assert "secret" in secret
+        kb.add_documents(  # as the module's other tests read it
+            [Document(source="products/skylark-2.md", text=SKYLARK, format="markdown")],
+            collection="public",
+        )
 
 
 async def _refused(client, uri: str) -> str:

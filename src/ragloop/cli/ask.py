@@ -15,7 +15,7 @@ from ragloop.cli.common import (
     kb_option,
     open_kb,
     open_traces,
-    output_file,
+    output_option,
     print_json,
     text_argument,
 )
@@ -154,13 +154,7 @@ def run_one(
     help="Chunks the answer is drawn from (rag, retrieval; default 5).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
-@click.option(
-    "--trace-out",
-    type=click.Path(path_type=Path),
-    default=None,
-    callback=output_file,
-    help="Also write the run's trace to this JSON file.",
-)
+@output_option("--trace-out", help="Also write the run's trace to this JSON file.")
 def ask(
     question: str | None,
     kb_location: str | None,

@@ -145,6 +145,19 @@ def output_file(ctx: click.Context, param: click.Parameter, value: Path | None) 
     return path
 
 
+def output_option(*names: str, help: str, required: bool = False) -> Callable[[F], F]:
+    """An option naming a file the command writes (checked by :func:`output_file` before any
+    work)."""
+    return click.option(
+        *names,
+        type=click.Path(path_type=Path),
+        default=None,
+        required=required,
+        callback=output_file,
+        help=help,
+    )
+
+
 def open_traces(location: str | None) -> TraceStorage:
     """The trace store of the knowledge base at ``location`` (else of the default one), where
     ``ragloop ask`` stores its runs: :func:`ragloop.config.kb_traces_location` (a file beside

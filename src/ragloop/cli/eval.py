@@ -23,7 +23,7 @@ from ragloop.cli.common import (
     check_embedder,
     console,
     errors,
-    output_file,
+    output_option,
     parse_settings,
 )
 from ragloop.cli.tables import Column, cell, print_table
@@ -106,19 +106,9 @@ def _options_for(
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N questions.")
 @click.option("--no-titles", is_flag=True, help="Leave passage titles out of the index.")
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path),
-    default=None,
-    callback=output_file,
-    help="Write the full report (per question too) as JSON.",
-)
-@click.option(
+@output_option("--json", "json_out", help="Write the full report (per question too) as JSON.")
+@output_option(
     "--chart",
-    type=click.Path(path_type=Path),
-    default=None,
-    callback=output_file,
     help="Write a PNG chart of recall against k, and of the risk-coverage curves when "
     "configurations score their answers (needs the eval extra: matplotlib).",
 )
@@ -129,12 +119,9 @@ def _options_for(
     help="The target precision the answer figures are read at (default 0.5); also given to "
     "the answering loops (rag, agent).",
 )
-@click.option(
+@output_option(
     "--calibrate",
     "calibrate_out",
-    type=click.Path(path_type=Path),
-    default=None,
-    callback=output_file,
     help="Fit a calibration of the evaluator's score on the answers of the first answering "
     "configuration (rag, agent) and write it to this JSON file.",
 )

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,7 +18,7 @@ from ragloop.cli.common import (
     kb_option,
     open_kb,
     open_traces,
-    output_file,
+    output_option,
     parse_settings,
     print_json,
 )
@@ -25,12 +26,18 @@ from ragloop.cli.display import print_trace
 from ragloop.cli.tables import Column, cell, print_table, shorten
 from ragloop.core.errors import RagloopError, StoreError, TraceCorrupted, TraceNotFound
 from ragloop.demo import demo_kb_path
+from ragloop.observability.report_html import render_html
+from ragloop.observability.staleness import (
+    RUNS_SCANNED,
+    StaleSource,
+    VersionOf,
+    stale_runs,
+    stale_sources,
+)
+from ragloop.observability.traces import TraceRecord, TraceStorage
 
 if TYPE_CHECKING:
     from ragloop.evaluation.replay import ReplayedQuestion, ReplayReport
-from ragloop.observability.report_html import render_html
-from ragloop.observability.staleness import STALE_SCAN, StaleSource, VersionOf, stale_sources
-from ragloop.observability.traces import TraceRecord, TraceStorage
 
 F = TypeVar("F", bound=Callable[..., Any])
 QUESTION_CHARS = 120  # of a question in the list; `traces show` and --json hold it whole
@@ -113,14 +120,10 @@ def list_traces(
     store = open_store(kb_location, demo)
     changed: dict[str, list[StaleSource]] = {}
     if stale:
-        records = []
         with current_versions(kb_location, demo) as version_of:
-            for record in latest(store, STALE_SCAN):
-                if found := stale_sources(record, version_of):
-                    changed[record.id] = found
-                    records.append(record)
-                    if len(records) == limit:
-                        break
+            found = list(islice(stale_runs(latest(store, RUNS_SCANNED), version_of), limit))
+        records = [record for record, _ in found]
+        changed = {record.id: what for record, what in found}
     else:
         records = latest(store, limit)
     if as_json:
@@ -175,14 +178,7 @@ def show(trace_id: str, kb_location: str | None, demo: bool, as_json: bool) -> N
 @click.argument("trace_id")
 @kb_option
 @demo_option
-@click.option(
-    "--html",
-    "html_out",
-    type=click.Path(path_type=Path),
-    required=True,
-    callback=output_file,
-    help="Write a self-contained HTML page here.",
-)
+@output_option("--html", "html_out", required=True, help="Write a self-contained HTML page here.")
 def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -> None:
     """Write a trace as a self-contained HTML page (no scripts, nothing loaded)."""
     store = open_store(kb_location, demo)
@@ -212,22 +208,8 @@ def export(trace_id: str, kb_location: str | None, demo: bool, html_out: Path) -
     show_default=True,
     help="With --eval: the engine for questions no stored run asked.",
 )
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path),
-    default=None,
-    callback=output_file,
-    help="Write the whole report as JSON.",
-)
-@click.option(
-    "--html",
-    "html_out",
-    type=click.Path(path_type=Path),
-    default=None,
-    callback=output_file,
-    help="Write the report as a self-contained HTML page.",
-)
+@output_option("--json", "json_out", help="Write the whole report as JSON.")
+@output_option("--html", "html_out", help="Write the report as a self-contained HTML page.")
 @click.option(
     "--set",
     "settings_given",
@@ -343,14 +325,15 @@ def replay_records(
     try:
         if trace_ids:
             listed_ids = list(trace_ids)
+        elif last is not None:
+            listed_ids = [r.id for r in store.list(last)]
         elif stale:
             with current_versions(kb_location, demo) as version_of:
-                listed_ids = [r.id for r in store.list(STALE_SCAN) if stale_sources(r, version_of)]
-        elif questions is not None:
-            asked = set(questions)
-            listed_ids = [r.id for r in store.list(STALE_SCAN) if r.question in asked]
+                listed = stale_runs(store.list(RUNS_SCANNED), version_of)
+                listed_ids = [r.id for r, _ in listed]
         else:
-            listed_ids = [r.id for r in store.list(last or STALE_SCAN)]
+            asked = set(questions or ())
+            listed_ids = [r.id for r in store.list(RUNS_SCANNED) if r.question in asked]
         records = [store.get(i) for i in listed_ids]
     except (TraceNotFound, TraceCorrupted, StoreError) as error:
         raise click.ClickException(str(error)) from None

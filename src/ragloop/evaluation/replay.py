@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from html import escape
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -210,7 +210,7 @@ def replay_questions(
 
 
 def report_of(questions: list[ReplayedQuestion]) -> ReplayReport:
-    counts = {v: 0 for v in ("same", "changed", "better", "worse", "failed", "new")}
+    counts = dict.fromkeys(get_args(Verdict), 0)
     for q in questions:
         counts[q.verdict] += 1
     return ReplayReport(questions=questions, counts=counts)

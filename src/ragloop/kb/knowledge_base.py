@@ -268,8 +268,7 @@ class KnowledgeBase(Searching):
             FileItem(f.path, f.root, f.source, self.max_file_bytes, self.encodings) for f in named
         )
         # the parent still exists: resolved, it matches the resolved roots documents keep
-        gone = [Path(p).expanduser().absolute() for p in removed]
-        gone = [p.parent.resolve() / p.name for p in gone]
+        gone = [Path(p).expanduser().absolute().parent.resolve() / Path(p).name for p in removed]
 
         def remove_gone() -> None:
             if not gone:

@@ -13,7 +13,7 @@ recorded) cannot be judged and never makes a run stale.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Literal
 
 from pydantic import BaseModel
@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from ragloop.observability.traces import TraceRecord
 
 VersionOf = Callable[[str, str], str | None]  # (collection, source) -> content hash, or None
-STALE_SCAN = 10_000  # the newest runs a search for stale ones looks through
+RUNS_SCANNED = 10_000  # the newest stored runs a search through them looks at
 
 
 class StaleSource(BaseModel):
@@ -52,3 +52,12 @@ def stale_sources(record: TraceRecord, version_of: VersionOf) -> list[StaleSourc
             )
         )
     return stale
+
+
+def stale_runs(
+    records: Iterable[TraceRecord], version_of: VersionOf
+) -> Iterator[tuple[TraceRecord, list[StaleSource]]]:
+    """The runs among ``records`` that are stale, each with what changed, in their order."""
+    for record in records:
+        if stale := stale_sources(record, version_of):
+            yield record, stale

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote
 
@@ -192,7 +193,7 @@ class DocumentNotices:
     def __init__(self) -> None:
         self.bus = InMemorySubscriptionBus()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._tasks: set[asyncio.Task[None]] = set()  # held: a task nobody holds may vanish
+        self._pending: set[Future[None]] = set()  # held until published: none is dropped
 
     def changed(self, collection: str, sources: list[str]) -> None:
         loop = self.loop
@@ -205,16 +206,10 @@ class DocumentNotices:
             for event in events:
                 await self.bus.publish(event)
 
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            task = loop.create_task(publish())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        else:
-            asyncio.run_coroutine_threadsafe(publish(), loop)
+        # from the loop's own thread (a route) or another (a watcher): the loop runs it
+        pending = asyncio.run_coroutine_threadsafe(publish(), loop)
+        self._pending.add(pending)
+        pending.add_done_callback(self._pending.discard)
 
 
 def citation(source: str, url: object, headings: list[str]) -> str:

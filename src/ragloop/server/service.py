@@ -33,7 +33,7 @@ from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.kb.knowledge_base import KnowledgeBase, SearchMode
 from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.observability.staleness import STALE_SCAN, StaleSource, stale_sources
+from ragloop.observability.staleness import RUNS_SCANNED, StaleSource, stale_sources
 from ragloop.observability.stream import RunStream
 from ragloop.observability.trace_stores import (
     PostgresTraceStore,
@@ -305,12 +305,12 @@ class Service:
         self, caller: Caller, *, limit: int, stale_only: bool = False
     ) -> list[tuple[TraceRecord, list[StaleSource]]]:
         """The newest runs the caller asked (an admin: every run), each with the documents its
-        answer cites that changed since (``stale_only``: only the runs that have some, looked
-        for among the newest :data:`STALE_SCAN`)."""
+        answer cites that changed since (``stale_only``: only the runs that have some), looked
+        for among the newest :data:`RUNS_SCANNED` of all keys."""
         version_of = functools.cache(self.kb.document_version)
         found = []
-        # another key's runs are passed over: read more than asked for
-        for record in self.traces.list(STALE_SCAN if stale_only else limit * 4):
+        scanned = limit if caller.admin and not stale_only else RUNS_SCANNED
+        for record in self.traces.list(scanned):
             if not caller.admin and record.meta.get("key") != caller.name:
                 continue
             stale = stale_sources(record, version_of)
