@@ -195,3 +195,43 @@ def test_a_failing_gap_report_falls_back_to_the_runs_own(caplog):
     assert gaps is not None
     assert gaps.parts == [GapPart(part=Q, found=False)]
     assert "cannot split" in caplog.text
+
+
+def giving_up_controller(closest):
+    def controller(messages, tools=None):
+        if not any(m.role == "tool" for m in messages):
+            return ModelResponse(tool_calls=[ToolCall(name="search", arguments={"query": Q})])
+        arguments = {"reason": "no weight for the tent itself", "closest": closest}
+        return ModelResponse(tool_calls=[ToolCall(name="give_up", arguments=arguments)])
+
+    return controller
+
+
+def test_a_give_up_is_judged_by_the_closest_answer_it_offers():
+    """A give_up's chance is that of the nearest answer it puts before the user (as a loop's
+    best attempt's is), not of the "Could not answer" around it."""
+    judge = ScoreEvaluator([0.45])
+    loop = AgentLoop(
+        giving_up_controller("The tent weighs 2 kg [1]."),
+        TableRetriever(TABLE),
+        evaluator=judge,
+        target_precision=0.5,
+    )
+    result = loop.run(Q)
+    assert result.stop_reason is StopReason.GAVE_UP
+    assert result.answer == (
+        "Could not answer: no weight for the tent itself. The closest they come: "
+        "The tent weighs 2 kg [1]."
+    )
+    assert [answer for _, _, answer in judge.calls] == ["The tent weighs 2 kg [1]."]
+    assert result.probability == 0.45
+    assert not result.confident  # a give_up never stands by an answer
+    assert result.gaps is not None
+
+
+def test_a_give_up_without_a_closest_answer_is_judged_as_it_reads():
+    judge = ScoreEvaluator([0.1])
+    loop = AgentLoop(giving_up_controller("  "), TableRetriever(TABLE), evaluator=judge)
+    result = loop.run(Q)
+    assert result.answer == "Could not answer: no weight for the tent itself"
+    assert [answer for _, _, answer in judge.calls] == [result.answer]

@@ -15,6 +15,7 @@ from ragloop import (
     StopReason,
     ToolCall,
 )
+from ragloop.components.citations import answer_text
 from ragloop.components.heuristics.controller import read_conversation
 from ragloop.demo import demo_documents
 from ragloop.engines.tools import format_results
@@ -77,6 +78,11 @@ def test_it_gives_up_plainly_when_no_answer_is_good_enough(shop_kb):
     assert weak.stop_reason is StopReason.GAVE_UP
     assert weak.answer.startswith("Could not answer: the documents do not answer it")
     assert "The closest passage ([1] " in weak.answer
+    # its chance is the closest answer's, which the reason states, not the wrapper's
+    offered = weak.tool_history[-1].args["closest"]
+    stated = float(weak.answer.split("the best answer found scores ")[1][:4])
+    assert weak.probability == pytest.approx(stated, abs=0.005)
+    assert answer_text(offered) in weak.answer  # said once: the reason quotes it already
 
 
 def test_it_gives_up_when_the_searches_find_nothing():

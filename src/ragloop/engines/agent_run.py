@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ragloop.components.calibration import IDENTITY, Calibration
-from ragloop.components.citations import citation_refs
+from ragloop.components.citations import answer_text, citation_refs
 from ragloop.components.llm.fitting import complete_fitted
 from ragloop.components.llm.prompts import agent_answer_prompt, agent_synthesis_prompt
 from ragloop.core.budget import Budget, BudgetTracker
@@ -73,6 +73,7 @@ class _Step:
     tool: Tool | None = None
     ends: StopReason | None = None
     text: str = ""
+    closest: str | None = None  # a give_up's nearest supported answer
     chunks: list[Chunk] = field(default_factory=list)
     failed: bool = False
 
@@ -100,6 +101,7 @@ class AgentRun:
         self.history: list[ToolHistoryEntry] = []
         self.iterations = 0
         self.answer: str | None = None
+        self.closest: str | None = None  # what a give_up offered instead of an answer
         self.error: str | None = None
         self.searched: dict[tuple[str, str | None], int] = {}  # search key -> turn
         self.found: dict[str, Chunk] = {}  # gathered, capped
@@ -159,12 +161,19 @@ class AgentRun:
             content={"answer": self.answer, "gaps": gaps},
         )
 
+    @property
+    def judged_answer(self) -> str | None:
+        """What the evaluator judges: the answer, or the nearest answer a give_up offered (its
+        chance is that of what the run puts before the user, as a loop's best attempt's is;
+        the "Could not answer" around it is no claim to ground)."""
+        return self.closest or self.answer
+
     async def _judge(self, chunks: list[Chunk]) -> EvaluationResult | None:
         """The loop's evaluator's verdict of the answer (None without an evaluator or answer)."""
-        if self.loop.evaluator is None or not self.answer or not chunks:
+        if self.loop.evaluator is None or not self.judged_answer or not chunks:
             return None
         evaluate = method(self.loop.evaluator, "evaluate", "evaluator")
-        verdict = await call(evaluate, self.question, chunks, self.answer)
+        verdict = await call(evaluate, self.question, chunks, self.judged_answer)
         if not isinstance(verdict, EvaluationResult):
             raise ComponentError(
                 f"evaluator returned {type(verdict).__name__}; expected ragloop.EvaluationResult"
@@ -185,7 +194,7 @@ class AgentRun:
         return await evidence_gaps(
             self.loop.evaluator,
             self.question,
-            self.answer or "",
+            self.judged_answer or "",
             judged,
             searches,
             verdict=verdict,
@@ -274,7 +283,7 @@ class AgentRun:
             self._record(turn, step)
         if ending is None:
             return None
-        self.answer = ending.text
+        self.answer, self.closest = ending.text, ending.closest
         if ending.ends is StopReason.ANSWERED and self.loop.answerer is not None:
             await self._rewrite(self.loop.answerer)
         return ending.ends
@@ -293,7 +302,11 @@ class AgentRun:
             reason = args.get("reason")
             why = reason.strip() if isinstance(reason, str) else ""
             why = why or "no reason given"
+            closest = args.get("closest")
+            step.closest = closest.strip() if isinstance(closest, str) and closest.strip() else None
             step.ends, step.text = StopReason.GAVE_UP, f"Could not answer: {why}"
+            if step.closest and answer_text(step.closest) not in why:
+                step.text = f"{step.text.rstrip('. ')}. The closest they come: {step.closest}"
             step.summary = f"Gave up: {step.text}"
         elif name == SEARCH:
             request = search_request(args, self.loop.scope)

@@ -171,7 +171,16 @@ def builtin_tools(scope: CollectionScope) -> list[Tool]:
             ),
             parameters={
                 "type": "object",
-                "properties": {"reason": {"type": "string", "description": "What is missing."}},
+                "properties": {
+                    "reason": {"type": "string", "description": "What is missing."},
+                    "closest": {
+                        "type": "string",
+                        "description": (
+                            "Optional: the nearest answer the chunks do support, with its "
+                            "[n] markers; it is shown as not an answer."
+                        ),
+                    },
+                },
                 "required": ["reason"],
             },
         ),

@@ -158,7 +158,8 @@ class OfflineController:
                 output, f"Nothing new left to search; answering ({verdict.reason})."
             )
         reason = not_found(output, verdict.score, verdict.reason, seen.chunks)
-        return ModelResponse(text=reason, tool_calls=[_call("give_up", reason=reason)])
+        closest = {} if output.answer == NO_ANSWER else {"closest": output.answer}
+        return ModelResponse(text=reason, tool_calls=[_call("give_up", reason=reason, **closest)])
 
     @staticmethod
     def _answer(output: GeneratorOutput, note: str) -> ModelResponse:

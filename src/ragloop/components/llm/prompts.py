@@ -211,7 +211,7 @@ all. When you are unsure where the answer lives, start broad and narrow down onc
             (
                 "give_up",
                 "If a few honest attempts find nothing useful, call `give_up` and say what is "
-                "missing.",
+                "missing; if a chunk comes close, pass that nearest answer as `closest`.",
             ),
         )
         if tool in offered
