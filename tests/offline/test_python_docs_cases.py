@@ -75,6 +75,23 @@ The numeric values of logging levels are given in the following table.
 | NOTSET | 0 |
 """
 
+ORDERED = """# collections — Container datatypes
+
+## OrderedDict objects
+
+Ordered dictionaries remember the order in which their keys were first inserted; regular dicts
+have kept insertion order since Python 3.7.
+
+## popitem(last=True)
+
+Remove and return a (key, value) pair, in LIFO order if last is true, else FIFO.
+
+## move_to_end(key, last=True)
+
+Move an existing key to either end of an ordered dictionary. Raises KeyError if the key does not
+exist.
+"""
+
 
 @pytest.fixture(scope="module")
 def docs_kb():
@@ -136,3 +153,20 @@ def test_the_judge_does_not_stand_by_a_near_miss(docs_kb):
     out = ExtractiveGenerator(corpus=docs_kb).generate(question, chunks)
     verdict = HeuristicEvaluator(corpus=docs_kb).evaluate(question, chunks, out.answer)
     assert verdict.score < 0.5
+
+
+def test_a_part_asking_for_an_api_is_answered_with_its_name():
+    """The second part asks for a method: the sentence that answers it says what the method
+    does, and only its heading names it, so it is quoted under that heading."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(
+        [Document(text=ORDERED, source="library/collections.html", title="collections")]
+    )
+    question = (
+        "Since which version do regular dicts keep insertion order, and which OrderedDict "
+        "method moves an existing key to either end?"
+    )
+    text, _ = answer(kb, question)
+    kb.close()
+    assert "3.7" in text
+    assert "move_to_end(key, last=True): Move an existing key to either end" in text

@@ -65,6 +65,25 @@ def test_multi_part_questions_split_at_clause_boundaries():
     assert question_parts("What do tents and stoves cost?") == ["What do tents and stoves cost?"]
 
 
+def test_a_later_part_that_says_it_is_read_with_the_first_parts_names():
+    """ "which PEP describes it" asks about typing.Self, not about any PEP."""
+    assert question_parts("When was typing.Self added, and which PEP describes it?") == [
+        "When was typing.Self added",
+        "which PEP describes it (typing.Self)",
+    ]
+    assert question_parts("Who founded Fellside Outdoors, and when did they open a shop?") == [
+        "Who founded Fellside Outdoors",
+        "when did they open a shop (Fellside Outdoors)",
+    ]
+    # a part that names its own subject, or says no "it", is left as it is
+    assert question_parts("When was typing.Self added, and what does it say of typing.Self?")[
+        1
+    ] == ("what does it say of typing.Self?")
+    assert question_parts("When was typing.Self added, and which PEP added TypeAlias?")[1] == (
+        "which PEP added TypeAlias?"
+    )
+
+
 @pytest.mark.parametrize(
     ("kind", "sentence", "expected"),
     [

@@ -31,7 +31,7 @@ from ragloop.components.heuristics.extractive import (
 )
 from ragloop.components.heuristics.judging import AnswerJudge, answer_probability
 from ragloop.components.heuristics.naming import lead_with_name
-from ragloop.components.heuristics.questions import gives_answer_type, profile
+from ragloop.components.heuristics.questions import QuestionProfile, gives_answer_type, profile
 from ragloop.components.llm.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.llm.prompts import fence_chunk, generator_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
@@ -59,7 +59,9 @@ class ExtractiveGenerator:
     abroad") is quoted with that heading: ``heading: sentence``. A question asking for a name
     ("Which module should I use to ...?") is answered with the name of the API the passage
     documents, from its heading, then the sentence that says what it is for: "`timeit`: This
-    module provides a simple way to time small bits of Python code."
+    module provides a simple way to time small bits of Python code." So is the part of a
+    multi-part question that asks for one ("..., and which OrderedDict method moves a key to
+    either end?": "move_to_end(key, last=True): Move an existing key to either end ...").
     (:mod:`ragloop.components.heuristics.naming`).
 
     An answer whose confidence is below ``unsure_below`` (0.5) starts with "The documents may
@@ -125,7 +127,9 @@ def quoted(sentence: Sentence, scorer: SentenceScorer) -> str:
     its page's title) when that names what the sentence does not: a question term or name, or
     the API a "which function ..." question asks for."""
     asked = scorer.question
-    api = asked.answer_type == "api" and not gives_answer_type("api", sentence.text, asked.text)
+    api = any(
+        not gives_answer_type("api", sentence.text, part) for part in api_parts(asked, sentence)
+    )
     name = section_name(sentence, api=api)
     if not name or name in sentence.text or sentence.kind == "signature":
         return sentence.text
@@ -139,6 +143,20 @@ def quoted(sentence: Sentence, scorer: SentenceScorer) -> str:
         )
     )
     return f"{name}: {sentence.text}" if in_heading or api else sentence.text
+
+
+def api_parts(asked: QuestionProfile, sentence: Sentence) -> list[str]:
+    """The question, or those of its parts that the sentence speaks to, that ask for the name
+    of an API ("..., and which OrderedDict method moves a key to either end?")."""
+    if asked.answer_type == "api":
+        return [asked.text]
+    if not asked.is_multi_part:
+        return []
+    return [
+        part
+        for part in asked.parts
+        if profile(part).answer_type == "api" and content_stems(part) & sentence.stems
+    ]
 
 
 class _GeneratorReply(BaseModel):

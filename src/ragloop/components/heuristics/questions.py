@@ -214,10 +214,26 @@ class QuestionProfile:
         return len(self.parts) > 1
 
 
+# a later part that refers back to the first part's subject ("..., and which PEP describes it?")
+_BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their)\b", re.IGNORECASE)
+
+
 def question_parts(question: str) -> list[str]:
-    """The clauses of a multi-part question (a one-element list for a simple one)."""
+    """The clauses of a multi-part question (a one-element list for a simple one). A later
+    clause that says "it" or "them" gets the names the first one gives (its code names, else
+    its other names), in brackets ("which PEP describes it (typing.Self)"), so that it is
+    searched and checked for its own subject, not for any PEP."""
     parts = [p.strip(" ,") for p in CLAUSE_SPLIT.split(question.strip()) if content_terms(p)]
-    return parts or [question.strip()]
+    if len(parts) < 2:
+        return parts or [question.strip()]
+    names = code_names(parts[0]) or entity_phrases(parts[0])  # the most specific first
+    resolved = [parts[0]]
+    for part in parts[1:]:
+        missing = [n for n in names if n.lower() not in part.lower()]
+        if missing and _BACK_REFERENCE.search(part):
+            part = f"{part.rstrip('?')} ({', '.join(dict.fromkeys(missing))})"
+        resolved.append(part)
+    return resolved
 
 
 def profile(question: str) -> QuestionProfile:
