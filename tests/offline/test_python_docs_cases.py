@@ -170,3 +170,128 @@ def test_a_part_asking_for_an_api_is_answered_with_its_name():
     kb.close()
     assert "3.7" in text
     assert "move_to_end(key, last=True): Move an existing key to either end" in text
+
+
+THREADING = """# threading — Thread-based parallelism
+
+## threading.Barrier(parties, action=None, timeout=None)
+
+Create a barrier object for parties number of threads.
+
+New in version 3.2.
+"""
+
+SCHEDULING = """# Scheduling work
+
+## Waiting for every worker
+
+Each thread of the pool waits at a barrier until the others are ready; the option that does
+this was added in version 3.9.
+"""
+
+
+def test_a_code_name_is_matched_as_written():
+    """``threading`` is not any "thread" and ``Barrier`` not any "barrier": the version is the
+    one under the class's heading, not one beside the same words said of something else."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(
+        [
+            Document(text=THREADING, source="library/threading.html", title="threading"),
+            Document(text=SCHEDULING, source="howto/scheduling.html", title="Scheduling work"),
+        ]
+    )
+    text, _ = answer(kb, "In which version was threading.Barrier added?")
+    kb.close()
+    assert "3.2" in text
+    assert "3.9" not in text
+
+
+WHATSNEW = """# What's New In Python 3.6
+
+## PEP 498: Formatted string literals
+
+Formatted string literals are prefixed with 'f' and are similar to the format strings accepted
+by str.format(). They were added in Python 3.6.
+
+New in version 3.6: See PEP 498 for more details about formatted string literals.
+
+## PYTHONMALLOC environment variable
+
+The new PYTHONMALLOC environment variable, as specified by PEP 445, sets the Python memory
+allocators.
+"""
+
+
+def test_a_later_part_is_answered_of_the_first_parts_subject():
+    """ "which PEP specifies them" asks for the PEP of formatted string literals, not for a
+    sentence that says "specified by PEP" of something else."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents([Document(text=WHATSNEW, source="whatsnew/3.6.html", title="3.6")])
+    question = (
+        "In which Python version were formatted string literals added, and which PEP "
+        "specifies them?"
+    )
+    text, _ = answer(kb, question)
+    kb.close()
+    assert "3.6" in text
+    assert "PEP 498" in text
+    assert "PEP 445" not in text
+
+
+EXCEPTIONS = """# Built-in Exceptions
+
+## exception NotADirectoryError
+
+Raised when a directory operation (such as os.listdir()) is requested on something which is
+not a directory.
+
+## exception IsADirectoryError
+
+Raised when a file operation (such as os.remove()) is requested on a directory.
+"""
+
+
+def test_an_exception_named_only_by_its_heading_is_quoted_with_it():
+    """The docs name an exception in its heading and then say when it is raised: the answer
+    to "which exception" is that sentence under its heading."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(
+        [Document(text=EXCEPTIONS, source="library/exceptions.html", title="Built-in Exceptions")]
+    )
+    text, _ = answer(
+        kb, "Which exception is raised when a file operation is requested on a directory?"
+    )
+    kb.close()
+    assert text.startswith("exception IsADirectoryError: Raised when a file operation")
+
+
+INHERITANCE = """# Built-in Exceptions
+
+## exception OverflowError
+
+Raised when the result of an arithmetic operation is too large to be represented. It inherits
+from ArithmeticError, as every arithmetic error does.
+
+## exception GeneratorExit
+
+Raised when a generator or coroutine is closed. It inherits from BaseException instead of
+Exception since it is technically not an error.
+"""
+
+
+def test_a_later_it_is_the_answer_of_a_part_that_asks_for_its_subject():
+    """ "What exception is raised ..., and which class does it inherit from?": "it" is the
+    exception the first part finds, so the class is the one its section names."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(
+        [Document(text=INHERITANCE, source="library/exceptions.html", title="Exceptions")]
+    )
+    question = (
+        "What exception is raised when a generator or coroutine is closed, and which class "
+        "does it inherit from?"
+    )
+    text, _ = answer(kb, question)
+    kb.close()
+    assert "GeneratorExit" in text
+    assert "BaseException" in text
+    assert "ArithmeticError" not in text

@@ -10,6 +10,7 @@ from ragloop.core.text import (
     entity_phrases,
     loose_stems,
     passage_units,
+    says_word,
     sentence_units,
     split_sentences,
     stem,
@@ -75,6 +76,25 @@ def test_a_later_part_that_says_it_is_read_with_the_first_parts_names():
         "Who founded Fellside Outdoors",
         "when did they open a shop (Fellside Outdoors)",
     ]
+    # no names: the first part's subject, not the names of its question words
+    assert (
+        question_parts(
+            "In which Python version were assignment expressions (the := operator) added, "
+            "and which PEP specifies them?"
+        )[1]
+        == "which PEP specifies them (assignment expressions)"
+    )
+    assert question_parts("What does the json module do, and is it thread-safe?")[1] == (
+        "is it thread-safe (json module)"
+    )
+    # the first part asks for its subject: a later "it" is that answer
+    assert (
+        question_parts(
+            "What exception is raised when you call next() on a finished generator object, "
+            "and which built-in class is it derived from?"
+        )[1]
+        == "which built-in class is it derived from?"
+    )
     # a part that names its own subject, or says no "it", is left as it is
     assert question_parts("When was typing.Self added, and what does it say of typing.Self?")[
         1
@@ -162,6 +182,17 @@ def test_code_names_are_found_whole():
     ]
     assert profile("What does zip() do with strict=True?").identifiers == ("zip", "strict=True")
     assert code_names("How do I sort a list?") == []
+
+
+def test_a_word_as_written():
+    """A code word keeps its letters and, when it has a capital, its case."""
+    assert says_word("from typing import Self", "typing")
+    assert not says_word("type(obj) is the type", "typing")  # not by its stem
+    assert says_word("from typing import Self", "Self")
+    assert not says_word("def f(self): return self", "Self")
+    assert says_word("Typing is optional", "typing")  # a lower-case word in any case
+    assert not says_word("selfish threads", "self")  # a word, not part of one
+    assert says_word("lru_cache(maxsize=None)", "lru")  # the words of a compound name
 
 
 def test_a_word_inside_a_longer_code_name_is_not_the_word():

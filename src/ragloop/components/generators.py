@@ -20,6 +20,7 @@ from ragloop.components.citations import NO_ANSWER, UNSURE, with_sources
 from ragloop.components.citations import strip_citations as strip_citations  # re-exported
 from ragloop.components.heuristics.corpus import Corpus
 from ragloop.components.heuristics.extractive import (
+    HEADING_NAMED,
     Sentence,
     SentenceScorer,
     code_name_found,
@@ -125,12 +126,15 @@ class ExtractiveGenerator:
 def quoted(sentence: Sentence, scorer: SentenceScorer) -> str:
     """The sentence as the answer quotes it: with the name of its section (its heading, else
     its page's title) when that names what the sentence does not: a question term or name, or
-    the API a "which function ..." question asks for."""
+    the API or exception a part asks for ("which function ...", "which exception ...")."""
     asked = scorer.question
-    api = any(
-        not gives_answer_type("api", sentence.text, part) for part in api_parts(asked, sentence)
-    )
-    name = section_name(sentence, api=api)
+    names = [
+        section_name(sentence, naming=kind)
+        for part, kind in named_parts(asked, sentence)
+        if not gives_answer_type(kind, sentence.text, part)
+    ]
+    naming = next((n for n in names if n), "")  # the section names what a part asks for
+    name = naming or section_name(sentence)
     if not name or name in sentence.text or sentence.kind == "signature":
         return sentence.text
     own = sentence.stems - sentence.loose_stems
@@ -142,20 +146,22 @@ def quoted(sentence: Sentence, scorer: SentenceScorer) -> str:
             for n in [*asked.identifiers, *asked.entities]
         )
     )
-    return f"{name}: {sentence.text}" if in_heading or api else sentence.text
+    return f"{name}: {sentence.text}" if in_heading or naming else sentence.text
 
 
-def api_parts(asked: QuestionProfile, sentence: Sentence) -> list[str]:
-    """The question, or those of its parts that the sentence speaks to, that ask for the name
-    of an API ("..., and which OrderedDict method moves a key to either end?")."""
-    if asked.answer_type == "api":
-        return [asked.text]
+def named_parts(asked: QuestionProfile, sentence: Sentence) -> list[tuple[str, str]]:
+    """The question, or those of its parts that the sentence speaks to, that ask for a name
+    a section's heading gives (:data:`HEADING_NAMED`: an API's, an exception's: "..., and
+    which OrderedDict method moves a key to either end?"), each with its answer type."""
+    if asked.answer_type in HEADING_NAMED:
+        return [(asked.text, asked.answer_type)]
     if not asked.is_multi_part:
         return []
+    kinds = [(part, profile(part).answer_type) for part in asked.parts]
     return [
-        part
-        for part in asked.parts
-        if profile(part).answer_type == "api" and content_stems(part) & sentence.stems
+        (part, kind)
+        for part, kind in kinds
+        if kind in HEADING_NAMED and content_stems(part) & sentence.stems
     ]
 
 

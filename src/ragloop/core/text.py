@@ -64,6 +64,14 @@ def tokenize(text: str) -> list[str]:
     return [t.lower().replace("’", "'") for t in _TOKEN.findall(text)]
 
 
+def says_word(text: str, word: str) -> bool:
+    """Whether ``text`` has ``word`` as written: the same letters, not another inflection,
+    and the same case when ``word`` has a capital (the ``Self`` of ``typing.Self`` is not the
+    ``self`` of a method)."""
+    flags = 0 if any(c.isupper() for c in word) else re.IGNORECASE
+    return re.search(rf"(?<![^\W_]){re.escape(word)}(?![^\W_])", text, flags) is not None
+
+
 def is_content_word(token: str) -> bool:
     return token not in STOPWORDS and (len(token) > 1 or token.isdigit())
 

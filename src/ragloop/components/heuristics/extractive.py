@@ -26,7 +26,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ragloop.components.heuristics.corpus import Corpus, chunk_context
-from ragloop.components.heuristics.questions import QuestionProfile, gives_answer_type, profile
+from ragloop.components.heuristics.questions import (
+    QuestionProfile,
+    answer_is_subject,
+    gives_answer_type,
+    profile,
+    refers_back,
+)
 from ragloop.core.records import Chunk
 from ragloop.core.text import (
     PassageUnit,
@@ -36,6 +42,7 @@ from ragloop.core.text import (
     entity_phrases,
     loose_stems,
     passage_units,
+    says_word,
     stem,
     tokenize,
 )
@@ -76,6 +83,9 @@ CONTINUATION_GAP = 2.0  # log-odds below the best sentence a continuation may sc
 BRIDGE_GAP = 3.5  # ... and one that follows a name the chosen sentences introduce
 MIN_GAIN = 0.2  # share of the question's weight a further sentence must add
 TYPED_GAP = 2.0  # log-odds below the best a sentence giving the value asked for may score
+# answers the documentation names in a section's heading ("exception RecursionError", "json.dumps
+# (obj, ...)") and then describes ("It is raised when ..."): a unit gives them with its heading
+HEADING_NAMED = frozenset({"api", "exception"})
 # answer types whose presence a pattern checks reliably (a person's or a place's name is not)
 VALUE_TYPES = frozenset(
     {"weight", "amount", "duration", "time", "number", "date", "exception", "version", "default"}
@@ -107,6 +117,14 @@ class Sentence:
         words = set(tokenize(name))
         return bool(words) and words <= set(tokenize(f"{self.context} {self.text}"))
 
+    def says_name(self, name: str) -> bool:
+        """Whether its text or its headings say ``name`` whole: "Python 3.11", not "3.11"
+        under a title that says "Python"."""
+        words = tokenize(name)
+        return bool(words) and any(
+            _has_run(tokenize(where), words) for where in (self.text, self.context)
+        )
+
     def names_code(self, name: str) -> float:
         """How exactly it names a code name of the question (:func:`code_name_found`)."""
         return code_name_found(
@@ -114,12 +132,17 @@ class Sentence:
         )
 
 
+def _has_run(tokens: list[str], words: list[str]) -> bool:
+    n = len(words)
+    return any(tokens[i : i + n] == words for i in range(len(tokens) - n + 1))
+
+
 def code_name_found(
     name: str, where: str, stems: frozenset[str], loose: frozenset[str] = frozenset()
 ) -> float:
     """How exactly ``where`` (a text with its stems) names a code name: 1.0 verbatim (a
-    dotted name also by its last part), 0.5 when only the words of the name occur, on their
-    own rather than inside other names, else 0."""
+    dotted name also by its last part), 0.5 when only the words of the name occur as written,
+    on their own rather than inside other names, else 0."""
     text = where.lower()
     wanted = name.lower()
     tail = name.rsplit(".", 1)[-1]
@@ -128,8 +151,12 @@ def code_name_found(
         tail != name and re.search(rf"(?<!\w){re.escape(tail)}(?!\w)", where)
     ):
         return 1.0
-    words = [stem(t) for t in tokenize(tail)]
-    return 0.5 if words and all(w in stems and w not in loose for w in words) else 0.0
+    words = _WORD.findall(tail)
+    found = all(says_word(where, w) and stem(w.lower()) not in loose for w in words)
+    return 0.5 if words and found else 0.0
+
+
+_WORD = re.compile(r"[^\W_]+")
 
 
 def split_chunks(chunks: Sequence[Chunk], *, with_signatures: bool = False) -> list[Sentence]:
@@ -201,13 +228,14 @@ def is_signature(heading: str) -> bool:
     return bool(_SIGNATURE.match(heading.strip())) and bool(code_names(heading))
 
 
-def section_name(sentence: Sentence, *, api: bool = False) -> str:
+def section_name(sentence: Sentence, *, naming: str | None = None) -> str:
     """The name of what a sentence is about, to quote it by: its heading, else its page's
-    title (with ``api``: the first of them that names some code); a long signature is cut to
-    its name (``json.dumps(...)``)."""
+    title (with ``naming``, an answer type of :data:`HEADING_NAMED`: the first of them that
+    gives one, such as the name of some code); a long signature is cut to its name
+    (``json.dumps(...)``)."""
     names = [n for n in (sentence.heading, sentence.title) if n]
-    if api:
-        names = [n for n in names if gives_answer_type("api", n)]
+    if naming:
+        names = [n for n in names if gives_answer_type(naming, n)]
     name = names[0] if names else ""
     if len(name) > 60 and "(" in name:
         name = name[: name.index("(")] + "(...)"
@@ -222,6 +250,8 @@ class SentenceScorer:
     sentences: list[Sentence]
     weights: dict[str, float] = field(default_factory=dict)  # stem -> importance
     compound_stems: frozenset[str] = frozenset()  # stems of the question's own compound names
+    # stem -> a word the question says only inside its code names, matched only as written
+    code_words: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, question: str | QuestionProfile, sentences: list[Sentence]) -> SentenceScorer:
@@ -237,7 +267,13 @@ class SentenceScorer:
         compounds = frozenset(
             stem(t) for name in asked.identifiers if "_" in name for t in tokenize(name)
         )
-        return cls(asked, sentences, weights, compounds)
+        return cls(asked, sentences, weights, compounds, question_code_words(asked))
+
+    def as_written(self, stems: frozenset[str] | set[str], text: str) -> frozenset[str]:
+        """``stems`` without the question's code words that ``text`` does not say as written
+        (``typing`` in ``typing.Self`` is not the ``type`` of ``type(obj)``)."""
+        absent = {s for s, word in self.code_words.items() if not says_word(text, word)}
+        return frozenset(stems) - absent
 
     def coverage(
         self,
@@ -308,14 +344,14 @@ class SentenceScorer:
         asked = self.question
         typed = asked.answer_type not in (None, "yesno")
         said = sentence.text
-        if asked.answer_type == "api":  # an API is often named only by its section
+        if asked.answer_type in HEADING_NAMED:  # often named only by its section
             said = f"{sentence.heading or sentence.title}: {said}"
         gives = typed and gives_answer_type(asked.answer_type, said, asked.text)
         return {
             "lexical": self.coverage(
-                sentence.stems,
-                sentence.context_stems,
-                soft=sentence.soft_stems,
+                self.as_written(sentence.stems, sentence.text),
+                self.as_written(sentence.context_stems, sentence.context),
+                soft=sentence.soft_stems - self.code_words.keys(),
                 loose=sentence.loose_stems,
             ),
             "names": self.names_share(sentence),
@@ -335,6 +371,21 @@ class SentenceScorer:
             if sentence.kind in ("code", "signature"):  # it shows an answer; prose states it
                 sentence.score *= CODE_FACTOR
         return sorted(self.sentences, key=lambda s: (-s.score, s.chunk, s.position))
+
+
+def question_code_words(asked: QuestionProfile) -> dict[str, str]:
+    """The words the question says only inside its code names, by stem, as written: a code
+    name is not inflected and keeps its case, so only the same word names it."""
+    prose = asked.text
+    for name in asked.identifiers:
+        prose = prose.replace(name, " ")
+    said = content_stems(prose)
+    return {
+        stem(word.lower()): word
+        for name in asked.identifiers
+        for word in _WORD.findall(name)
+        if stem(word.lower()) in asked.stems and stem(word.lower()) not in said
+    }
 
 
 def logistic(coefficients: dict[str, float], features: dict[str, float]) -> float:
@@ -445,23 +496,57 @@ def select(
     each part (``parts``: the sentences ranked for each part on its own, see
     :func:`rank_for_parts`); then sentences that add uncovered question terms and continue
     what was chosen; then, for a sentence that only points to another document, that
-    document's best sentence. At most ``max_sentences``."""
-    if not ranked or not _relevant(ranked[0], scorer.question.stems):
+    document's best sentence. At most ``max_sentences``. A sentence that shares no term with
+    the question is never the answer: when one scores best ("New in version 3.3." of another
+    class), the answer starts from the best that does, if the question asks for a kind of
+    value (a version, ...) that it gives and it scores within ``CONTINUATION_GAP`` log-odds."""
+    relevant = [s for s in ranked if _relevant(s, scorer.question.stems)]
+    if not relevant:
+        return []
+    if relevant[0] is not ranked[0] and (
+        not relevant[0].features.get("type")
+        or _logit(relevant[0].score) < _logit(ranked[0].score) - CONTINUATION_GAP
+    ):
         return []
     by_key = {(s.chunk, s.position): s for s in ranked}
     chosen: list[Sentence] = []
     for ranking in parts:
-        best = next((s for s in ranking if _relevant(s, scorer.question.stems)), None)
+        best = _best_for_part(ranking, scorer.question.stems, chosen, by_key)
         if best is not None and len(chosen) < max_sentences:
             sentence = by_key[(best.chunk, best.position)]
             if sentence not in chosen:
                 chosen.append(sentence)
     if not chosen:
-        chosen = [_best_typed(scorer, ranked)]
+        chosen = [_best_typed(scorer, relevant)]
     _add_next_for_type(scorer, ranked, chosen, max_sentences)
     _add_continuations(scorer, ranked, chosen, max_sentences)
     _follow_pointers(scorer, ranked, chosen, max_sentences)
     return chosen
+
+
+def _best_for_part(
+    ranking: list[Sentence],
+    asked: frozenset[str],
+    chosen: list[Sentence],
+    by_key: dict[tuple[int, int], Sentence],
+) -> Sentence | None:
+    """A part's best sentence; when an earlier part already took it, the part's best other one
+    that gives the kind of value the part asks for (an exception, a version, ...), if it scores
+    within ``CONTINUATION_GAP`` log-odds: such a part asks for a value of its own ("..., and
+    which exception is it a subclass of?")."""
+    candidates = [s for s in ranking if _relevant(s, asked)]
+    if not candidates or by_key[(candidates[0].chunk, candidates[0].position)] not in chosen:
+        return candidates[0] if candidates else None
+    floor = _logit(candidates[0].score) - CONTINUATION_GAP
+    for sentence in candidates[1:]:
+        if _logit(sentence.score) < floor:
+            break
+        if (
+            sentence.features.get("type")
+            and by_key[(sentence.chunk, sentence.position)] not in chosen
+        ):
+            return sentence
+    return candidates[0]
 
 
 def _best_typed(scorer: SentenceScorer, ranked: list[Sentence]) -> Sentence:
@@ -496,11 +581,19 @@ def rank_for_parts(
     corpus: Corpus | None,
 ) -> list[list[Sentence]]:
     """For a multi-part question, the sentences ranked for each part as if it were asked
-    alone (copies: the sentences themselves keep their scores for the whole question)."""
+    alone (copies: the sentences themselves keep their scores for the whole question). When
+    the first part asks for its subject ("What exception is raised when ...") a later part's
+    "it" is that answer, read as the name the first part's best sentence gives ("..., and
+    which exception is it a subclass of (dataclasses.FrozenInstanceError)")."""
     if not question.is_multi_part:
         return []
-    rankings = []
+    rankings: list[list[Sentence]] = []
     for part in question.parts:
+        if rankings and answer_is_subject(question.parts[0]) and refers_back(part):
+            first = next((s for s in rankings[0] if _relevant(s, question.stems)), None)
+            names = code_names(first.heading) or code_names(first.text) if first else []
+            if names:
+                part = f"{part.rstrip('?')} ({names[0]})"
         copies = [replace(s, soft_stems=frozenset(), features={}) for s in sentences]
         scorer = SentenceScorer.build(profile(part), copies)
         rankings.append(scorer.score(chunks, sentence_similarity(corpus, scorer, chunks), corpus))
@@ -538,7 +631,8 @@ def _add_continuations(
     scorer: SentenceScorer, ranked: list[Sentence], chosen: list[Sentence], limit: int
 ) -> None:
     """Sentences that add uncovered question terms and continue what was chosen: the same
-    chunk, one of the question's names, or a name a chosen sentence introduced (a bridge)."""
+    chunk, one of the question's names (said whole, in the sentence or its headings), or a
+    name a chosen sentence introduced (a bridge)."""
     total = sum(scorer.weights.values()) or 1.0
     top = _logit(chosen[0].score)
     while len(chosen) < limit:
@@ -556,7 +650,7 @@ def _add_continuations(
             related = (
                 linked
                 or any(s.chunk == c.chunk for c in chosen)
-                or any(s.has_name(e) for e in scorer.question.entities)
+                or any(s.says_name(e) for e in scorer.question.entities)
             )
             if not related or gain < MIN_GAIN * total:
                 continue

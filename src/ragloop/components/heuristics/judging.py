@@ -292,18 +292,25 @@ class AnswerJudge:
         self, asked: QuestionProfile, chunks: list[Chunk], scorer: SentenceScorer, found: Analysis
     ) -> None:
         """Which question terms the chunks lack, and what may stand for them."""
-        evidence = set().union(*(content_stems(chunk_text(c)) for c in chunks))
+        texts = " ".join(chunk_text(c) for c in chunks)
+        evidence = set(scorer.as_written(content_stems(texts), texts))
         found.missing = [t for t in asked.terms if stem(t) not in evidence]
         if self.corpus is not None:
             # a word the documents never use needs corpus words standing for it ...
             found.foreign = [t for t in found.missing if not self.corpus.mentions(t)]
-            for term in found.foreign:
+            # ... but a word of a code name is only ever itself (``splitroot`` is not
+            # ``splitdrive``)
+            for term in [t for t in found.foreign if stem(t) not in scorer.code_words]:
                 words = self.corpus.substitutes(term, asked.text, limit=STAND_INS)
                 present = [w for w in words if stem(w) in evidence]
                 if present:
                     found.stand_ins[term] = present
             # ... one they do use may be said in other words in the best chunks
-            others = [t for t in found.missing if t not in found.foreign]
+            others = [
+                t
+                for t in found.missing
+                if t not in found.foreign and stem(t) not in scorer.code_words
+            ]
             top = [chunk_text(c) for c in chunks[:3]]
             near = set().union(*soft_matches(self.corpus, others, top)) if others else set()
             found.missing = [t for t in found.missing if stem(t) not in near]
@@ -323,8 +330,9 @@ class AnswerJudge:
         sentences = sentence_units(text)
         units = self._ground(text, chunks, found)
         backing = list({c.id: c for _, c in units}.values())
-        context = frozenset().union(*(content_stems(chunk_context(c)) for c in backing))
-        said = content_stems(text)
+        headings = " ".join(chunk_context(c) for c in backing)
+        context = scorer.as_written(content_stems(headings), headings)
+        said = set(scorer.as_written(content_stems(text), text))
         for term, words in found.stand_ins.items():
             used = [w for w in words if stem(w) in said | context]
             if used:
@@ -339,9 +347,14 @@ class AnswerJudge:
         # documents never mention ("bitcoin": they do not cover it, a heavier fault).
         unread = [t for t in found.foreign if t not in found.read_as and stem(t) not in soft]
         generic = {stem(t) for t in unread if is_generic(t)}
-        loose = loose_stems(text) - content_stems(" ".join(chunk_context(c) for c in backing))
+        loose = loose_stems(text) - content_stems(headings)
         found.answer_coverage = scorer.coverage(
-            said, context, context_weight=1.0, soft=soft, loose=loose, ignore=generic
+            said,
+            context,
+            context_weight=1.0,
+            soft=soft - scorer.code_words.keys(),
+            loose=loose,
+            ignore=generic,
         )
         found.names_given = names_given(asked, text, backing)
         found.similarity = self._similarity(asked, chunks, sentences, found.read_as)

@@ -68,7 +68,7 @@ NAMES_KIND = re.compile(
 _TYPE_CUES: list[tuple[re.Pattern[str], str, frozenset[str]]] = [
     (
         re.compile(
-            r"\b(?:what|which)\s+(?:\w+\s+)?(?:exceptions?|errors?|warnings?)\b"
+            r"\b(?:what|which)\s+(?:[\w-]+\s+)?(?:exceptions?|errors?|warnings?)\b"
             r"|\bwhat\b.*\b(?:raises?|raised)\b",
             re.I,
         ),
@@ -218,19 +218,61 @@ class QuestionProfile:
 _BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their)\b", re.IGNORECASE)
 
 
+# "In which Python version were <assignment expressions> added": after the question word and
+# its auxiliary, the words up to the verb (a participle or a verb questions end on)
+_SUBJECT = re.compile(
+    r"^\s*(?:\w+\s+)?(?:what|which|when|where|why|how|who)\b[^,?]*?\s"
+    r"(?:is|are|was|were|does|do|did|has|have|had)\s+(?:(?:the|a|an)\s+)?"
+    r"(?P<subject>[^,?()]+?)\s*(?:\([^)]*\)\s*)?"
+    r"\b(?:\w+ed|\w+en|do|mean|return|raise|use|need|take|work|contain|accept|require|"
+    r"support|handle|call|cost|weigh|say|go|come|run|hold|keep|make|get|give|show)\b",
+    re.IGNORECASE,
+)
+
+
+# "What exception is raised when ...": the thing asked for is the subject, and a later "it" is
+# that answer ("..., and which exception is it a subclass of?"), not a name of the first part
+_ANSWER_IS_SUBJECT = re.compile(
+    r"^\s*(?:what|which)\b(?:\s+[\w-]+){0,3}?\s+(?:is|are|was|were)\s+\w+(?:ed|en)\b", re.I
+)
+
+
+def answer_is_subject(clause: str) -> bool:
+    """Whether a question clause asks for its own subject ("What exception is raised when
+    ..."), so that a later "it" is the answer, not a name the clause gives."""
+    return _ANSWER_IS_SUBJECT.match(clause) is not None
+
+
+def refers_back(clause: str) -> bool:
+    """Whether a clause says "it", "its", "they", "them" or "their"."""
+    return _BACK_REFERENCE.search(clause) is not None
+
+
+def subject_phrase(clause: str) -> list[str]:
+    """The subject of a question clause ("assignment expressions" in "In which Python version
+    were assignment expressions (the := operator) added"), as a one-element list, or [] when
+    the clause is not shaped "question word ... auxiliary subject verb"."""
+    match = _SUBJECT.match(clause)
+    subject = match["subject"].strip() if match else ""
+    return [subject] if content_terms(subject) else []
+
+
 def question_parts(question: str) -> list[str]:
     """The clauses of a multi-part question (a one-element list for a simple one). A later
     clause that says "it" or "them" gets the names the first one gives (its code names, else
-    its other names), in brackets ("which PEP describes it (typing.Self)"), so that it is
-    searched and checked for its own subject, not for any PEP."""
+    its subject, else its other names; none when the first asks for its subject: "What
+    exception is raised ..."), in brackets ("which PEP describes it (typing.Self)",
+    "which PEP specifies them (assignment expressions)"), so that it is searched and checked
+    for its own subject, not for any PEP."""
     parts = [p.strip(" ,") for p in CLAUSE_SPLIT.split(question.strip()) if content_terms(p)]
-    if len(parts) < 2:
+    if len(parts) < 2 or answer_is_subject(parts[0]):
         return parts or [question.strip()]
-    names = code_names(parts[0]) or entity_phrases(parts[0])  # the most specific first
+    # the most specific first; names in "which Python version ..." ask, they are not asked of
+    names = code_names(parts[0]) or subject_phrase(parts[0]) or entity_phrases(parts[0])
     resolved = [parts[0]]
     for part in parts[1:]:
         missing = [n for n in names if n.lower() not in part.lower()]
-        if missing and _BACK_REFERENCE.search(part):
+        if missing and refers_back(part):
             part = f"{part.rstrip('?')} ({', '.join(dict.fromkeys(missing))})"
         resolved.append(part)
     return resolved
@@ -249,18 +291,26 @@ def profile(question: str) -> QuestionProfile:
         answer_type = "default"
     terms = [t for t in content_terms(question) if t not in cue_words]
     focus = _FOCUS.match(question)
+    focus_terms = content_terms(focus[1]) if focus else []
+    entities = entity_phrases(question)
+    referent = _REFERENT.search(question) if refers_back(question) else None
+    if referent:  # what "it" stands for is a name the answer must be about
+        entities = list(dict.fromkeys([*entities, referent[1]]))
+        focus_terms += content_terms(referent[1])
     return QuestionProfile(
         text=question,
         terms=terms,
-        entities=entity_phrases(question),
+        entities=entities,
         parts=question_parts(question),
         answer_type=answer_type,
         stems=frozenset(stem(t) for t in terms),
-        focus=tuple(t for t in content_terms(focus[1]) if t in terms and not is_generic(t))
-        if focus
-        else (),
+        focus=tuple(dict.fromkeys(t for t in focus_terms if t in terms and not is_generic(t))),
         identifiers=tuple(identifiers),
     )
+
+
+# the names question_parts gives a later part for its "it" ("... describes it (typing.Self)")
+_REFERENT = re.compile(r"\(([^()]+)\)\s*\??\s*$")
 
 
 # "What is pickle.DEFAULT_PROTOCOL?": a constant's question asks for its value
