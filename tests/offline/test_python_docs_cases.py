@@ -117,6 +117,16 @@ def answer(kb: KnowledgeBase, question: str) -> tuple[str, float]:
     ).score
 
 
+def answer_over(documents: list[Document], question: str) -> str:
+    """The answer's text over a knowledge base of just ``documents``."""
+    kb = KnowledgeBase.in_memory()
+    kb.add_documents(documents)
+    try:
+        return answer(kb, question)[0]
+    finally:
+        kb.close()
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="known limit: the section's opening sentence (which says 'maxsize' but not 'None') "
@@ -158,16 +168,13 @@ def test_the_judge_does_not_stand_by_a_near_miss(docs_kb):
 def test_a_part_asking_for_an_api_is_answered_with_its_name():
     """The second part asks for a method: the sentence that answers it says what the method
     does, and only its heading names it, so it is quoted under that heading."""
-    kb = KnowledgeBase.in_memory()
-    kb.add_documents(
-        [Document(text=ORDERED, source="library/collections.html", title="collections")]
-    )
     question = (
         "Since which version do regular dicts keep insertion order, and which OrderedDict "
         "method moves an existing key to either end?"
     )
-    text, _ = answer(kb, question)
-    kb.close()
+    text = answer_over(
+        [Document(text=ORDERED, source="library/collections.html", title="collections")], question
+    )
     assert "3.7" in text
     assert "move_to_end(key, last=True): Move an existing key to either end" in text
 
@@ -193,15 +200,13 @@ this was added in version 3.9.
 def test_a_code_name_is_matched_as_written():
     """``threading`` is not any "thread" and ``Barrier`` not any "barrier": the version is the
     one under the class's heading, not one beside the same words said of something else."""
-    kb = KnowledgeBase.in_memory()
-    kb.add_documents(
+    text = answer_over(
         [
             Document(text=THREADING, source="library/threading.html", title="threading"),
             Document(text=SCHEDULING, source="howto/scheduling.html", title="Scheduling work"),
-        ]
+        ],
+        "In which version was threading.Barrier added?",
     )
-    text, _ = answer(kb, "In which version was threading.Barrier added?")
-    kb.close()
     assert "3.2" in text
     assert "3.9" not in text
 
@@ -225,14 +230,11 @@ allocators.
 def test_a_later_part_is_answered_of_the_first_parts_subject():
     """ "which PEP specifies them" asks for the PEP of formatted string literals, not for a
     sentence that says "specified by PEP" of something else."""
-    kb = KnowledgeBase.in_memory()
-    kb.add_documents([Document(text=WHATSNEW, source="whatsnew/3.6.html", title="3.6")])
     question = (
         "In which Python version were formatted string literals added, and which PEP "
         "specifies them?"
     )
-    text, _ = answer(kb, question)
-    kb.close()
+    text = answer_over([Document(text=WHATSNEW, source="whatsnew/3.6.html", title="3.6")], question)
     assert "3.6" in text
     assert "PEP 498" in text
     assert "PEP 445" not in text
@@ -254,14 +256,10 @@ Raised when a file operation (such as os.remove()) is requested on a directory.
 def test_an_exception_named_only_by_its_heading_is_quoted_with_it():
     """The docs name an exception in its heading and then say when it is raised: the answer
     to "which exception" is that sentence under its heading."""
-    kb = KnowledgeBase.in_memory()
-    kb.add_documents(
-        [Document(text=EXCEPTIONS, source="library/exceptions.html", title="Built-in Exceptions")]
+    text = answer_over(
+        [Document(text=EXCEPTIONS, source="library/exceptions.html", title="Built-in Exceptions")],
+        "Which exception is raised when a file operation is requested on a directory?",
     )
-    text, _ = answer(
-        kb, "Which exception is raised when a file operation is requested on a directory?"
-    )
-    kb.close()
     assert text.startswith("exception IsADirectoryError: Raised when a file operation")
 
 
@@ -282,16 +280,13 @@ Exception since it is technically not an error.
 def test_a_later_it_is_the_answer_of_a_part_that_asks_for_its_subject():
     """ "What exception is raised ..., and which class does it inherit from?": "it" is the
     exception the first part finds, so the class is the one its section names."""
-    kb = KnowledgeBase.in_memory()
-    kb.add_documents(
-        [Document(text=INHERITANCE, source="library/exceptions.html", title="Exceptions")]
-    )
     question = (
         "What exception is raised when a generator or coroutine is closed, and which class "
         "does it inherit from?"
     )
-    text, _ = answer(kb, question)
-    kb.close()
+    text = answer_over(
+        [Document(text=INHERITANCE, source="library/exceptions.html", title="Exceptions")], question
+    )
     assert "GeneratorExit" in text
     assert "BaseException" in text
     assert "ArithmeticError" not in text

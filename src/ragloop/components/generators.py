@@ -24,15 +24,14 @@ from ragloop.components.heuristics.extractive import (
     Sentence,
     SentenceScorer,
     code_name_found,
-    rank_for_parts,
     section_name,
-    select,
     sentence_similarity,
     split_chunks,
 )
 from ragloop.components.heuristics.judging import AnswerJudge, answer_probability
 from ragloop.components.heuristics.naming import lead_with_name
 from ragloop.components.heuristics.questions import QuestionProfile, gives_answer_type, profile
+from ragloop.components.heuristics.selection import rank_for_parts, select
 from ragloop.components.llm.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.llm.prompts import fence_chunk, generator_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync

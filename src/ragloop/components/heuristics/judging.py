@@ -45,7 +45,6 @@ from ragloop.components.heuristics.extractive import (
     code_name_found,
     embedded_text,
     logistic,
-    pointer_names,
     soft_matches,
     split_chunks,
 )
@@ -55,6 +54,7 @@ from ragloop.components.heuristics.questions import (
     is_generic,
     profile,
 )
+from ragloop.components.heuristics.selection import pointer_names
 from ragloop.core.records import Chunk
 from ragloop.core.text import (
     code_names,
