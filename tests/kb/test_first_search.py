@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from ragloop import Document
 from ragloop.kb.knowledge_base import KnowledgeBase
 from ragloop.kb.stores.sqlite.store import SQLiteStore
 from ragloop.testing import HashEmbedder
@@ -99,3 +100,12 @@ def test_an_unchanged_reingest_reads_no_link_graph_and_writes_nothing(tmp_path, 
         (docs / "camping" / "tents.md").write_text("# Tents\n\nThe Ridgeline 3 tent weighs 2 kg.\n")
         assert kb.ingest(docs).updated == 1
         assert reads == [1]  # read once, when the changed file was written
+
+
+def test_a_query_with_nothing_to_embed_finds_no_vector_neighbours(tmp_path):
+    """A query of a control character embeds to the zero vector: no passage is near it, which
+    is no error (found by the server's bad-text property test)."""
+    with KnowledgeBase(tmp_path / "kb.sqlite", embedder="hash") as kb:
+        kb.add_documents([Document(text="The Skylark 2 weighs 1.6 kg.", source="a.md")])
+        assert kb.search("\x1b", mode="dense") == []
+        assert kb.search("\x1b") == []

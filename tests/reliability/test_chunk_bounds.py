@@ -136,3 +136,12 @@ def test_a_merged_tail_counts_its_separator():
     config = ChunkingConfig(max_tokens=16, overlap=4, min_tokens=8)
     chunks = chunk_document(_doc(Block("text", "0" * 203), Block("text", "1" * 95)), config)
     _bounded(chunks, config)
+
+
+def test_a_merged_tail_keeps_the_length_bound():
+    """A 195-character piece and a 92-character tail: 24 tokens merged, within 16 + 8, but 289
+    characters, one over 12 x 24; they stay apart (found by the property test above)."""
+    config = ChunkingConfig(max_tokens=16, overlap=4, min_tokens=8)
+    chunks = chunk_document(_doc(Block("text", "0" * 195), Block("text", "0" * 92)), config)
+    _bounded(chunks, config)
+    assert _kept_in_order("0" * 195 + "0" * 92, chunks)

@@ -270,9 +270,12 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
     emit()
     if len(out) > 1:
         tail, previous = out[-1], out[-2]
-        merged = chunk_size(f"{previous.text}{SEPARATOR}{tail.text}")
-        fits = merged <= config.max_tokens + config.min_tokens
+        merged = f"{previous.text}{SEPARATOR}{tail.text}"
+        limit = config.max_tokens + config.min_tokens
+        # chunk_size counts a token per whole CHARS_PER_TOKEN characters: the length bound is
+        # checked on its own
+        fits = chunk_size(merged) <= limit and len(merged) <= CHARS_PER_TOKEN * limit
         if chunk_size(tail.text) < config.min_tokens and fits and previous.meta == tail.meta:
-            previous.text = f"{previous.text}{SEPARATOR}{tail.text}"
+            previous.text = merged
             out.pop()
     return out

@@ -334,7 +334,9 @@ class DenseSearch(SavedIndexes):
             return []
         query = np.asarray(vector, dtype=np.float32)
         norm = float(np.linalg.norm(query))
-        if query.shape != (index.columns.shape[0],) or not np.isfinite(norm) or norm == 0.0:
+        if norm == 0.0 and query.shape == (index.columns.shape[0],):
+            return []  # a query with nothing to embed ("\x1b") is near no passage
+        if query.shape != (index.columns.shape[0],) or not np.isfinite(norm):
             raise StoreError(
                 f"query vector of shape {query.shape} and norm {norm}; the index holds "
                 f"{index.columns.shape[0]}-d vectors"
