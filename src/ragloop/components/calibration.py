@@ -136,10 +136,10 @@ class Calibration(BaseModel):
         if method == "platt":
             slope, intercept = _platt(x, y)
             return cls(method="platt", slope=slope, intercept=intercept, **common)
-        thresholds, values = _isotonic(x, y)
         if method == "isotonic":
+            thresholds, values = _isotonic(x, y)
             return cls(method="isotonic", thresholds=thresholds, values=values, **common)
-        precisions, coverages = _tail_precisions(x, y, thresholds)
+        thresholds, precisions, coverages = _tail_precisions(x, y)
         return cls(
             method="selective",
             thresholds=thresholds,
@@ -209,23 +209,30 @@ def _isotonic(x: np.ndarray, y: np.ndarray) -> tuple[list[float], list[float]]:
     return thresholds, values
 
 
-def _tail_precisions(
-    x: np.ndarray, y: np.ndarray, thresholds: list[float]
-) -> tuple[list[float], list[float]]:
-    """For each threshold, the share right of the answers scored at or above it and their
-    share of all answers. The thresholds are the isotonic fit's steps, so the precisions never
-    fall as the threshold rises (a mean of the upper part of a rising step function). A step
-    with fewer than :data:`MIN_SUPPORT` answers above it is given the precision of the last
-    step that has enough: three right answers in a row at the top say little, and would let a
-    high target through on luck."""
+def _tail_precisions(x: np.ndarray, y: np.ndarray) -> tuple[list[float], list[float], list[float]]:
+    """Steps at the scores fitted: for each, the share right of the answers scored at or above
+    it (its tail) and their share of all answers. A step's value is the lowest tail precision
+    from it up, so a higher score never reads as a lower precision, and a target lets through
+    the answers above the lowest score from which every tail reaches it. Every score is a step
+    (not only the isotonic fit's, whose coarse blocks overshoot a target by ten points on a
+    hundred questions); steps with the same value are merged. A tail with fewer than
+    :data:`MIN_SUPPORT` answers is given the precision of the last one that has enough: three
+    right answers in a row at the top say little, and would let a high target through on
+    luck."""
+    scores = sorted({0.0, *(float(v) for v in x)})
     precisions, coverages = [], []
     supported = 0.0
-    for threshold in thresholds:
+    for threshold in scores:
         above = x >= threshold
         if above.sum() >= min(MIN_SUPPORT, len(x)):
             supported = float(y[above].mean())
         precisions.append(supported)
         coverages.append(round(float(above.mean()), 6))
-    # equal scores split across steps can bend that by a hair; keep the lower reading
     rising = np.minimum.accumulate(np.asarray(precisions)[::-1])[::-1]
-    return [round(float(p), 6) for p in rising], coverages
+    steps: list[tuple[float, float, float]] = []
+    for threshold, precision, coverage in zip(scores, rising, coverages, strict=True):
+        value = round(float(precision), 6)
+        if not steps or value != steps[-1][1]:
+            steps.append((round(threshold, 6), value, coverage))
+    thresholds, values, shares = (list(column) for column in zip(*steps, strict=True))
+    return thresholds, values, shares

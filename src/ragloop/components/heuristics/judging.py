@@ -6,7 +6,9 @@ the knowledge base, the way :class:`~ragloop.HeuristicEvaluator` and
 
 - **coverage**: the question's terms the answer says (a chunk heading it quotes from counts, a
   word said in other words counts, a term found only inside a longer code name does not:
-  ``strict`` is not ``strict_timestamps``), weighted by rarity;
+  ``strict`` is not ``strict_timestamps``), weighted by rarity; only the claims on the
+  question's topic count (:func:`on_topic`), so an unrelated sentence that repeats some of
+  the question's words does not pad the score;
 - **names**: the question's names (people, places, code names such as ``json.loads``) the
   answer gives, with the headings it quotes from;
 - **similarity**: the best embedding cosine of an answer sentence to the question;
@@ -33,6 +35,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ragloop.components.citations import NO_ANSWER, answer_text
@@ -62,6 +65,7 @@ from ragloop.core.text import (
     entity_phrases,
     is_common_word,
     loose_stems,
+    says_word,
     sentence_units,
     stem,
     tokenize,
@@ -234,6 +238,54 @@ def part_answered(
     return kind not in VALUE_TYPES or gives_answer_type(kind, claim, part)
 
 
+def on_topic(
+    asked: QuestionProfile, units: list[tuple[str, Chunk]], anchors: list[tuple[str, Chunk]]
+) -> list[tuple[str, Chunk]]:
+    """The claims of an answer that speak to the question: its first claim and those that
+    answer a part of it, and the claims linked to them: from the same document, naming one of
+    the question's names as written (in the claim or its headings), or from the document of a
+    name a linked claim brings in (a bridge to a second hop: "... in the video game Tomb
+    Raider." then a claim under the title "Tomb Raider"). A claim from another document that
+    only repeats some of the question's everyday words ("The heapq module provides functions
+    ..." after the bisect module's answer) adds nothing the question asked for, and its words
+    do not count."""
+    if not units:
+        return []
+    kept = [units[0], *(a for a in anchors if a is not units[0])]
+    rest = [u for u in units if u not in kept]
+    entities = [e for e in asked.entities if e not in asked.identifiers]
+    grew = True
+    while rest and grew:
+        sources = {c.source for _, c in kept}
+        bridges = [
+            name
+            for claim, _ in kept
+            for name in entity_phrases(claim)
+            if not set(tokenize(name)) <= set(tokenize(asked.text))
+        ]
+        linked = [
+            (claim, c)
+            for claim, c in rest
+            if c.source in sources
+            or names_any(f"{chunk_context(c)} {claim}", asked.identifiers, entities)
+            or names_any(chunk_context(c), (), bridges)
+        ]
+        grew = bool(linked)
+        kept += linked
+        rest = [u for u in rest if u not in linked]
+    return [u for u in units if u in kept]
+
+
+def names_any(text: str, code: Sequence[str], names: Sequence[str]) -> bool:
+    """Whether ``text`` gives one of the code names verbatim (a dotted one by its last part:
+    ``bisect_right`` for ``bisect.bisect_right``) or says every word of one of the names as
+    written ("Python", not "python")."""
+    stems = frozenset(content_stems(text))
+    if any(code_name_found(n, text, stems) == 1.0 for n in code):
+        return True
+    return any(n.split() and all(says_word(text, w) for w in n.split()) for n in names)
+
+
 def in_corpus_words(question: str, read_as: dict[str, list[str]]) -> str:
     """``question`` with each everyday word the documents never use replaced by the corpus
     word the answer uses for it (``read_as``: term -> stand-ins, first the best). A name or
@@ -330,40 +382,15 @@ class AnswerJudge:
         sentences = sentence_units(text)
         units = self._ground(text, chunks, found)
         backing = list({c.id: c for _, c in units}.values())
-        headings = " ".join(chunk_context(c) for c in backing)
-        context = scorer.as_written(content_stems(headings), headings)
-        said = set(scorer.as_written(content_stems(text), text))
+        everywhere = " ".join([text, *(chunk_context(c) for c in backing)])
+        used_words = set(content_stems(everywhere))
         for term, words in found.stand_ins.items():
-            used = [w for w in words if stem(w) in said | context]
+            used = [w for w in words if stem(w) in used_words]
             if used:
                 found.read_as[term] = used
-        said |= {stem(t) for t in found.read_as}
         soft = (
             set().union(*soft_matches(self.corpus, asked.terms, [text])) if self.corpus else set()
         )
-        # A word no document uses, and nothing in the answer stands for, is either a generic
-        # word ("policy", "happens": no answer needs to say it, so it is not missing content),
-        # an everyday word the answer misses ("rent" answered about cooking), or a name the
-        # documents never mention ("bitcoin": they do not cover it, a heavier fault).
-        unread = [t for t in found.foreign if t not in found.read_as and stem(t) not in soft]
-        generic = {stem(t) for t in unread if is_generic(t)}
-        loose = loose_stems(text) - content_stems(headings)
-        found.answer_coverage = scorer.coverage(
-            said,
-            context,
-            context_weight=1.0,
-            soft=soft - scorer.code_words.keys(),
-            loose=loose,
-            ignore=generic,
-        )
-        found.names_given = names_given(asked, text, backing)
-        found.similarity = self._similarity(asked, chunks, sentences, found.read_as)
-        weights = scorer.weights
-        total = sum(weights.values()) or 1.0
-        names = [t for t in unread if not is_common_word(t) and stem(t) not in generic]
-        found.foreign_share = sum(weights.get(stem(t), 0.0) for t in names) / total
-        found.unknown_names = names
-        found.focus_missing = [t for t in asked.focus if stem(t) not in said | context | soft]
         if asked.is_multi_part:
             weighted = frozenset(scorer.weights)
             # question words the answer says in other words count wherever they are said
@@ -381,6 +408,37 @@ class AnswerJudge:
                     found.part_sources[i] = source
         elif units:
             found.part_sources[0] = units[0]
+        # what the answer says about the question: its claims on the question's topic
+        topical = on_topic(asked, units, list(found.part_sources.values()))
+        said_text = " ".join([t for t, _ in topical] + found.unsupported) if units else text
+        headings = " ".join(chunk_context(c) for c in {c.id: c for _, c in topical}.values())
+        context = scorer.as_written(content_stems(headings), headings)
+        said = set(scorer.as_written(content_stems(said_text), said_text))
+        present = said | context
+        said |= {stem(t) for t, ws in found.read_as.items() if {stem(w) for w in ws} & present}
+        # A word no document uses, and nothing in the answer stands for, is either a generic
+        # word ("policy", "happens": no answer needs to say it, so it is not missing content),
+        # an everyday word the answer misses ("rent" answered about cooking), or a name the
+        # documents never mention ("bitcoin": they do not cover it, a heavier fault).
+        unread = [t for t in found.foreign if t not in found.read_as and stem(t) not in soft]
+        generic = {stem(t) for t in unread if is_generic(t)}
+        loose = loose_stems(said_text) - content_stems(headings)
+        found.answer_coverage = scorer.coverage(
+            said,
+            context,
+            context_weight=1.0,
+            soft=soft - scorer.code_words.keys(),
+            loose=loose,
+            ignore=generic,
+        )
+        found.names_given = names_given(asked, text, backing)
+        found.similarity = self._similarity(asked, chunks, sentences, found.read_as)
+        weights = scorer.weights
+        total = sum(weights.values()) or 1.0
+        names = [t for t in unread if not is_common_word(t) and stem(t) not in generic]
+        found.foreign_share = sum(weights.get(stem(t), 0.0) for t in names) / total
+        found.unknown_names = names
+        found.focus_missing = [t for t in asked.focus if stem(t) not in said | context | soft]
         found.type_found = any(
             gives_answer_type(asked.answer_type, s, asked.text) for s in sentences
         )
