@@ -287,3 +287,10 @@ def test_generator_output_is_unchanged_by_fitting_when_nothing_is_known():
     model = ScriptedModel(['{"answer": "Thirty days [1]", "confidence": 0.8}'])
     out = LLMGenerator(model).generate(Q, chunks(2))
     assert out == GeneratorOutput(answer="Thirty days [1]\n\nSources: [1] doc1.md", confidence=0.8)
+
+
+def test_numbers_and_markup_are_estimated_by_what_tokenizers_make_of_them():
+    # Llama's and Gemma's tokenizers split numbers into digits and escaped markup into its marks
+    assert estimate_tokens("(score 0.466)") == 2 + 2 + 4  # "score ", "(.)", "0466"
+    assert estimate_tokens("&lt;chunk&gt;") == 3 + 2  # "ltchunkgt", "&;&;"
+    assert estimate_tokens("plain words here") == 5  # 16 letters and spaces

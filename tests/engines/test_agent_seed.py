@@ -168,7 +168,7 @@ def test_search_shows_full_text_of_top_five_with_ids():
     text = tool_results(result)[0]
     lines = text.split("\n\n")
     assert lines[0] == "Found 7 chunks. Top 5:"
-    assert lines[1] == f"1. [{chunks[0].id}]\n<chunk>text 0 &lt;b&gt;</chunk>"
+    assert lines[1] == f"1. [{chunks[0].id}] (score 0.500)\n<chunk>text 0 &lt;b&gt;</chunk>"
     assert len(lines) == 6
     assert result.tool_history[0].summary == text
     assert result.tool_history[0].returned_chunk_ids == [c.id for c in chunks]

@@ -85,6 +85,17 @@ def test_it_gives_up_plainly_when_no_answer_is_good_enough(shop_kb):
     assert answer_text(offered) in weak.answer  # said once: the reason quotes it already
 
 
+def test_it_reads_each_search_on_its_own_as_well_as_all_it_was_shown(shop_kb):
+    # every chunk shown together reads as no answer at all; the second search's own chunks
+    # give the returns policy's closest sentence, which the give-up quotes
+    result = AgentLoop.offline(shop_kb).run("Is it possible to return a tent?")
+    give_up = result.tool_history[-1]
+    assert give_up.tool == "give_up"
+    assert len([e for e in result.tool_history if e.tool == "search"]) == 2
+    assert "Gear that has been used cannot be returned" in give_up.args["closest"]
+    assert "policies/returns.md" in result.answer
+
+
 def test_it_gives_up_when_the_searches_find_nothing():
     kb = InMemoryRetriever({"boots.md": "Boots need wax."})
     result = AgentLoop.offline(kb, max_iterations=5).run("Who won the 1966 World Cup?")
@@ -122,7 +133,52 @@ def test_it_reads_the_search_results_the_loop_wrote():
     assert seen.question == "Can I hire a stove?"
     assert seen.searched == ["hire"]
     assert [(c.id, c.content) for c in seen.chunks] == [(c.id, c.content) for c in chunks]
-    assert [c.score for c in seen.chunks] == [1.0, 0.5]
+    assert [c.score for c in seen.chunks] == [0.9, 0.4]  # the scores the search gave
+
+
+def test_a_chunk_keeps_the_best_score_any_search_gave_it():
+    tents = Chunk(content="Tents can be hired.", source="a.md", score=0.3)
+    boots = Chunk(content="Boots need wax.", source="b.md", score=0.6)
+    first, second = (ToolCall(name="search", arguments={"query": q}) for q in ("hire", "tents"))
+    messages = [
+        Message(role="user", content="Can I hire a tent?"),
+        Message(role="assistant", tool_calls=[first, second]),
+        Message(role="tool", content=format_results([boots, tents]), tool_call_id=first.id),
+        Message(
+            role="tool",
+            content=format_results([tents.model_copy(update={"score": 0.8})]),
+            tool_call_id=second.id,
+        ),
+    ]
+    seen = read_conversation(messages)
+    assert seen.searched == ["hire", "tents"]
+    # both first in a result: in the order they were first shown, each with its best score
+    assert [(c.content, c.score) for c in seen.chunks] == [
+        ("Boots need wax.", 0.6),
+        ("Tents can be hired.", 0.8),
+    ]
+    # each search's own chunks, with the scores that search gave them
+    assert [[(c.id, c.score) for c in result] for result in seen.results] == [
+        [(boots.id, 0.6), (tents.id, 0.3)],
+        [(tents.id, 0.8)],
+    ]
+
+
+def test_results_without_scores_rank_their_chunks():
+    call = ToolCall(name="search", arguments={"query": "hire"})
+    unscored = (  # as the search tool wrote them before it gave the scores
+        "Found 2 chunks. Top 2:\n\n1. [a1]\n<chunk>Tents.</chunk>\n\n2. [b2]\n<chunk>Boots.</chunk>"
+    )
+    messages = [
+        Message(role="user", content="Can I hire a tent?"),
+        Message(role="assistant", tool_calls=[call]),
+        Message(role="tool", content=unscored, tool_call_id=call.id),
+    ]
+    seen = read_conversation(messages)
+    assert [(c.id, c.content, c.score) for c in seen.chunks] == [
+        ("a1", "Tents.", 1.0),
+        ("b2", "Boots.", 0.5),
+    ]
 
 
 def test_one_controller_serves_concurrent_runs(shop_kb):

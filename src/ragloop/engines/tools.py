@@ -297,13 +297,16 @@ def search_request(arguments: dict[str, Any], scope: CollectionScope) -> SearchR
 
 
 def format_results(chunks: list[Chunk]) -> str:
-    """The text the controller reads: "Found N chunks. Top K:", then each chunk's id and its
-    full text, fenced as data."""
+    """The text the controller reads: "Found N chunks. Top K:", then each chunk's id, its
+    retrieval score and its full text, fenced as data."""
     if not chunks:
         return "No results."
     top = chunks[:SHOWN_PER_SEARCH]
     parts = [f"Found {len(chunks)} chunks. Top {len(top)}:"]
-    parts += [f"{i}. [{c.id}]\n{fence('chunk', c.content)}" for i, c in enumerate(top, 1)]
+    parts += [
+        f"{i}. [{c.id}] (score {c.score:.3f})\n{fence('chunk', c.content)}"
+        for i, c in enumerate(top, 1)
+    ]
     return "\n\n".join(parts)
 
 

@@ -35,10 +35,12 @@ from ragloop.components.heuristics.corpus import Corpus
 from ragloop.components.heuristics.judging import Analysis, AnswerJudge
 from ragloop.components.heuristics.questions import profile
 from ragloop.core.records import Chunk, Message, ModelResponse, Tool, ToolCall
-from ragloop.core.records.rag import GeneratorOutput
+from ragloop.core.records.rag import EvaluationResult, GeneratorOutput
 from ragloop.core.text import content_stems, normalize_query, stem
 
-_RESULT = re.compile(r"^\d+\. \[([^\]\n]+)\]\n<chunk>(.*?)</chunk>", re.S | re.M)
+_RESULT = re.compile(
+    r"^\d+\. \[([^\]\n]+)\](?: \(score ([0-9.]+)\))?\n<chunk>(.*?)</chunk>", re.S | re.M
+)
 MAX_QUERIES_PER_TURN = 3
 
 
@@ -49,6 +51,7 @@ class Conversation:
     question: str = ""
     searched: list[str] = field(default_factory=list)
     chunks: list[Chunk] = field(default_factory=list)  # every chunk shown, best-ranked first
+    results: list[list[Chunk]] = field(default_factory=list)  # each search's, with its scores
 
     @property
     def searched_keys(self) -> set[str]:
@@ -57,11 +60,15 @@ class Conversation:
 
 def read_conversation(messages: Sequence[Message], corpus: Corpus | None = None) -> Conversation:
     """The question, the queries searched and the chunks the search results showed (looked up
-    in ``corpus`` for their source and metadata when it can)."""
+    in ``corpus`` for their source and metadata when it can). A chunk keeps the best retrieval
+    score any search gave it (a result without scores ranks them 1/(1 + rank)); the chunks are
+    ordered by their best rank, then by when they were first shown."""
     seen = Conversation()
     calls: dict[str, ToolCall] = {}
+    shown: list[list[tuple[str, float]]] = []
     texts: dict[str, str] = {}
     ranks: dict[str, tuple[int, int]] = {}
+    scores: dict[str, float] = {}
     for message in messages:
         if message.role == "user" and not seen.question:
             seen.question = message.content
@@ -73,20 +80,39 @@ def read_conversation(messages: Sequence[Message], corpus: Corpus | None = None)
         if message.role == "tool" and message.tool_call_id in calls:
             if calls[message.tool_call_id].name != "search":
                 continue
+            returned: list[tuple[str, float]] = []
             for rank, match in enumerate(_RESULT.finditer(message.content)):
-                chunk_id, text = match[1], html.unescape(match[2])
+                chunk_id, text = match[1], html.unescape(match[3])
+                score = _score(match[2], rank)
+                returned.append((chunk_id, score))
                 texts.setdefault(chunk_id, text)
+                scores[chunk_id] = max(score, scores.get(chunk_id, 0.0))
                 best = ranks.get(chunk_id, (rank, len(ranks)))
                 ranks[chunk_id] = (min(best[0], rank), best[1])
+            shown.append(returned)
     order = sorted(ranks, key=ranks.__getitem__)
     known = {c.id: c for c in (corpus.fetch(order) if corpus is not None else [])}
+    by_id: dict[str, Chunk] = {}
     for chunk_id in order:
-        score = round(1.0 / (1 + ranks[chunk_id][0]), 4)
         chunk = known.get(chunk_id)
         if chunk is None:
-            chunk = Chunk(content=texts[chunk_id], source=f"chunk {chunk_id}", score=score)
-        seen.chunks.append(chunk.model_copy(update={"id": chunk_id, "score": score}))
+            chunk = Chunk(content=texts[chunk_id], source=f"chunk {chunk_id}", score=0.0)
+        by_id[chunk_id] = chunk.model_copy(update={"id": chunk_id, "score": scores[chunk_id]})
+    seen.chunks = list(by_id.values())
+    seen.results = [
+        [by_id[i].model_copy(update={"score": score}) for i, score in result]
+        for result in shown
+        if result
+    ]
     return seen
+
+
+def _score(text: str | None, rank: int) -> float:
+    """The score the result gave, else one by rank (a result written without scores)."""
+    try:
+        return min(1.0, max(0.0, float(text or "")))
+    except ValueError:
+        return round(1.0 / (1 + rank), 4)
 
 
 def _call(name: str, **arguments: object) -> ToolCall:
@@ -131,15 +157,14 @@ class OfflineController:
     def complete(self, messages: list[Message], tools: list[Tool] | None = None) -> ModelResponse:
         seen = read_conversation(messages, self.corpus)
         if not tools:  # the loop's fallback synthesis: text only
-            output = self.generator.generate(seen.question, seen.chunks)
+            output = self.best_answer(seen)[0]
             return ModelResponse(text=output.answer)
         if not seen.searched:
             parts = profile(seen.question).parts
             queries = [seen.question, *parts] if len(parts) > 1 else [seen.question]
             note = "Searching the question" + (" and each of its parts." if len(parts) > 1 else ".")
             return ModelResponse(text=note, tool_calls=[self._search(q) for q in queries])
-        output = self.generator.generate(seen.question, seen.chunks)
-        verdict, found = self.evaluator.judge(seen.question, seen.chunks, output.answer)
+        output, verdict, found = self.best_answer(seen)
         if found.complete and verdict.score >= self.threshold:
             return self._answer(output, f"The chunks answer the question ({verdict.reason}).")
         plan = [
@@ -160,6 +185,22 @@ class OfflineController:
         reason = not_found(output, verdict.score, verdict.reason, seen.chunks)
         closest = {} if output.answer == NO_ANSWER else {"closest": output.answer}
         return ModelResponse(text=reason, tool_calls=[_call("give_up", reason=reason, **closest)])
+
+    def best_answer(self, seen: Conversation) -> tuple[GeneratorOutput, EvaluationResult, Analysis]:
+        """The best-judged extractive answer: over every chunk shown, or over one search's
+        own chunks (as a RAGLoop iteration answers from its own), each judged against every
+        chunk shown; ties go to the answer over all of them."""
+        pools = [seen.chunks]
+        for result in seen.results:
+            if [c.id for c in result] not in [[c.id for c in p] for p in pools]:
+                pools.append(result)
+        judged: dict[str, tuple[GeneratorOutput, EvaluationResult, Analysis]] = {}
+        for pool in pools:
+            output = self.generator.generate(seen.question, pool)
+            if output.answer not in judged:
+                verdict, found = self.evaluator.judge(seen.question, seen.chunks, output.answer)
+                judged[output.answer] = (output, verdict, found)
+        return max(judged.values(), key=lambda j: j[1].score)  # the first of equals: all shown
 
     @staticmethod
     def _answer(output: GeneratorOutput, note: str) -> ModelResponse:

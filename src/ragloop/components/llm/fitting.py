@@ -13,10 +13,12 @@ provider's ``adiscover_context_window``); unknown, nothing is cut. The reply kee
 - the question is never cut: a prompt that does not fit even without evidence is sent as it
   is, and the server's refusal reaches the loop as :class:`~ragloop.ContextOverflowError`.
 
-Sizes are estimated, not counted (the model's tokenizer is on the server): 3.5 characters per
-token of ASCII text and one token per other character, which errs on the large side for prose
-and code in most tokenizers. When a server still refuses a prompt as too long, naming the real
-sizes, :func:`ask_fitted` fits it once more to those sizes.
+Sizes are estimated, not counted (the model's tokenizer is on the server): one token per 3.5
+ASCII letters or spaces, per 2 punctuation marks and per digit (Llama's and Gemma's tokenizers
+split numbers into digits, and markup, JSON and escaped text are mostly punctuation), and one
+per other character. That errs on the large side for prose, code, JSON and numbers in most
+tokenizers (measured against Gemma 3's). When a server still refuses a prompt as too long,
+naming the real sizes, :func:`ask_fitted` fits it once more to those sizes.
 """
 
 from __future__ import annotations
@@ -24,9 +26,12 @@ from __future__ import annotations
 import json
 import logging
 import math
+import string
 from collections.abc import Callable, Sequence
+from html import escape
 from typing import Any
 
+from ragloop.components.llm.prompts import fence
 from ragloop.core.calls import GenerateFn, is_chat_model
 from ragloop.core.errors import ContextOverflowError
 from ragloop.core.limits import PromptFit, default_max_tokens, effective_max_tokens
@@ -36,7 +41,10 @@ from ragloop.observability import llm
 
 logger = logging.getLogger("ragloop")
 
-CHARS_PER_TOKEN = 3.5
+CHARS_PER_TOKEN = 3.5  # ASCII letters and spaces
+MARKS_PER_TOKEN = 2  # ASCII punctuation
+_DIGITS = frozenset(string.digits)
+_PUNCTUATION = frozenset(string.punctuation)
 TEMPLATE_TOKENS = 32  # the chat template's tokens around a prompt
 MESSAGE_TOKENS = 8  # ... and around each message of a conversation
 MIN_CUT_TOKENS = 32  # a chunk cut shorter than this is left out instead
@@ -48,7 +56,15 @@ Build = Callable[[int | None], tuple[str, PromptFit]]
 def estimate_tokens(text: str) -> int:
     """An estimate of ``text``'s size in tokens (see the module docstring)."""
     ascii_chars = len(text.encode("ascii", "ignore"))
-    return math.ceil(ascii_chars / CHARS_PER_TOKEN) + (len(text) - ascii_chars)
+    digits = sum(c in _DIGITS for c in text)
+    marks = sum(c in _PUNCTUATION for c in text)
+    words = ascii_chars - digits - marks
+    return (
+        math.ceil(words / CHARS_PER_TOKEN)
+        + math.ceil(marks / MARKS_PER_TOKEN)
+        + digits
+        + (len(text) - ascii_chars)
+    )
 
 
 def cut_text(text: str, tokens: int) -> str:
@@ -205,10 +221,23 @@ def _built(build: Build, room: int | None, window: int | None, reply: int) -> tu
 
 
 def _message_tokens(message: Message) -> int:
-    size = estimate_tokens(message.content) + MESSAGE_TOKENS
+    """A message's size in the larger of the forms a provider sends it in: natively, or as the
+    JSON-in-text protocol of a model without tools writes it (a tool result fenced with its
+    markup escaped, a call as its JSON object), which costs more."""
+    if message.role == "tool":
+        size = _result_tokens(message.content) + estimate_tokens(
+            fence("tool_result", "", call_id=message.tool_call_id or "")
+        )
+    else:
+        size = estimate_tokens(message.content)
     for call in message.tool_calls:
-        size += estimate_tokens(call.name + json.dumps(call.arguments, ensure_ascii=False))
-    return size
+        written = {"name": call.name, "arguments": call.arguments}
+        size += estimate_tokens(json.dumps(written, ensure_ascii=False))
+    return size + MESSAGE_TOKENS
+
+
+def _result_tokens(text: str) -> int:
+    return estimate_tokens(escape(text, quote=False))
 
 
 def tools_tokens(tools: Sequence[Tool] | None) -> int:
@@ -228,7 +257,7 @@ def _cut_result(text: str, tokens: int) -> str:
     used = 0
     parts = text.split("\n\n")
     for part in parts:
-        cost = estimate_tokens(part) + 1
+        cost = _result_tokens(part) + 1
         if used + cost > tokens:
             room = tokens - used
             if room >= MIN_CUT_TOKENS:
@@ -282,7 +311,8 @@ def fit_messages(
             default=None,
         )
         if longest is not None and sizes[longest] - excess > MIN_CUT_TOKENS:
-            target = sizes[longest] - excess - MESSAGE_TOKENS
+            frame = _message_tokens(out[longest].model_copy(update={"content": ""}))
+            target = sizes[longest] - excess - frame
             out[longest] = out[longest].model_copy(
                 update={"content": _cut_result(out[longest].content, target)}
             )
