@@ -66,6 +66,20 @@ def test_multi_part_questions_split_at_clause_boundaries():
     assert question_parts("What do tents and stoves cost?") == ["What do tents and stoves cost?"]
 
 
+def test_a_later_part_may_open_with_a_phrase_before_its_question_word():
+    assert question_parts(
+        "What does json.dump do with non-ASCII text, and by default, what does pickle use?"
+    ) == ["What does json.dump do with non-ASCII text", "by default, what does pickle use?"]
+    assert question_parts("Which tent is lightest, and in which shop are stoves hired?") == [
+        "Which tent is lightest",
+        "in which shop are stoves hired?",
+    ]
+    # a relative clause is not a question of its own
+    assert question_parts("Which audio engineer and chemist, who lived in Oakland, did it?") == [
+        "Which audio engineer and chemist, who lived in Oakland, did it?"
+    ]
+
+
 def test_a_later_part_that_says_it_is_read_with_the_first_parts_names():
     """ "which PEP describes it" asks about typing.Self, not about any PEP."""
     assert question_parts("When was typing.Self added, and which PEP describes it?") == [

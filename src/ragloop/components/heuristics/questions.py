@@ -44,10 +44,18 @@ def is_generic(word: str) -> bool:
 
 
 # A clause boundary: "?", ";", or a conjunction followed by a question word or an auxiliary.
+_ASKS = (
+    r"(?:what|which|who|whom|whose|when|where|why|how|is|are|was|were|does|do|did|can|could|"
+    r"should|will|would|has|have)\b"
+)
+# a later question may open with a phrase before its question word: "..., and in which version
+# ...", "..., and by default, what ...", "..., and with the default settings, when ..."
+_LEAD = (
+    r"(?:(?:in|on|at|for|from|by|with|under|since|until|after|before)\s+"
+    r"(?:[^\s,?]+\s+){0,5}?(?:[^\s,?]+,\s+)?)?"
+)
 CLAUSE_SPLIT = re.compile(
-    r"\?\s+|;\s*|,?\s+(?:and|but|also|as well as)\s+(?=(?:what|which|who|whom|whose|when|where|"
-    r"why|how|is|are|was|were|does|do|did|can|could|should|will|would|has|have)\b)",
-    re.IGNORECASE,
+    rf"\?\s+|;\s*|,?\s+(?:and|but|also|as well as)\s+(?={_LEAD}{_ASKS})", re.IGNORECASE
 )
 
 # (question pattern, answer type, words of the cue that are not content terms); first match wins
