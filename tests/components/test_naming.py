@@ -7,6 +7,7 @@ import pytest
 
 from ragloop import Chunk, ExtractiveGenerator, HeuristicEvaluator
 from ragloop.components.citations import answer_text
+from ragloop.components.heuristics.extractive import shortened_signature
 from ragloop.components.heuristics.judging import AnswerJudge
 from ragloop.components.heuristics.naming import asks_for_name, signature_name, titled_name
 from ragloop.components.heuristics.questions import gives_answer_type, profile
@@ -176,3 +177,51 @@ def test_a_see_also_block_is_named_by_the_module_it_points_to_not_by_its_page():
     out = ExtractiveGenerator().generate(question, [shlex])
     assert "`shlex`" not in out.answer
     assert first_sentence(out.answer).startswith("`configparser`: Parser for configuration files")
+
+
+SQLITE_CONNECT = Chunk(
+    content="- check_same_thread (bool) – If True (default), ProgrammingError will be raised if "
+    "the database connection is used by a thread other than the one that created it.",
+    source="library/sqlite3.html",
+    score=0.9,
+    metadata={
+        "title": "sqlite3 — DB-API 2.0 interface for SQLite databases",
+        "heading_path": [
+            "sqlite3 — DB-API 2.0 interface for SQLite databases",
+            "sqlite3.connect(database, timeout=5.0, detect_types=0, isolation_level='DEFERRED', "
+            "check_same_thread=True, factory=sqlite3.Connection, cached_statements=128)",
+        ],
+    },
+)
+
+
+def test_a_long_signature_is_quoted_with_the_parameters_the_question_names():
+    # the default the first part asks for is in the signature, not in the sentence
+    question = (
+        "What is the default isolation_level of sqlite3.connect(), and which exception is "
+        "raised if a connection is used from a thread other than the one that created it?"
+    )
+    out = ExtractiveGenerator().generate(question, [SQLITE_CONNECT])
+    assert first_sentence(out.answer).startswith(
+        "sqlite3.connect(..., isolation_level='DEFERRED', ...): - check_same_thread (bool)"
+    )
+
+
+OPEN = "open_url(url, headers=(('a', 'b'), ('c', 'd')), sep=',;', *, timeout=None)"
+
+
+@pytest.mark.parametrize(
+    ("signature", "named", "shown"),
+    [
+        (OPEN, "What is the default timeout of open_url?", "open_url(..., timeout=None)"),
+        (OPEN, "Which sep does open_url use by default?", "open_url(..., sep=',;', ...)"),
+        (
+            "run(task, *callbacks, **options)",
+            "What does run do with callbacks?",
+            "run(..., *callbacks, ...)",
+        ),
+        (OPEN, "What does open_url return?", "open_url(...)"),
+    ],
+)
+def test_shortened_signature_keeps_named_parameters_whole(signature, named, shown):
+    assert shortened_signature(signature, profile(named)) == shown

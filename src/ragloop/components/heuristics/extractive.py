@@ -221,18 +221,73 @@ def is_signature(heading: str) -> bool:
     return bool(_SIGNATURE.match(heading.strip())) and bool(code_names(heading))
 
 
-def section_name(sentence: Sentence, *, naming: str | None = None) -> str:
+def section_name(
+    sentence: Sentence, *, naming: str | None = None, asked: QuestionProfile | None = None
+) -> str:
     """The name of what a sentence is about, to quote it by: its heading, else its page's
     title (with ``naming``, an answer type of :data:`HEADING_NAMED`: the first of them that
-    gives one, such as the name of some code); a long signature is cut to its name
-    (``json.dumps(...)``)."""
+    gives one, such as the name of some code); a long signature is cut to its name and the
+    parameters the question ``asked`` names (``json.dumps(...)``,
+    ``sqlite3.connect(..., isolation_level='DEFERRED', ...)``: their defaults may be the
+    answer)."""
     names = [n for n in (sentence.heading, sentence.title) if n]
     if naming:
         names = [n for n in names if gives_answer_type(naming, n)]
     name = names[0] if names else ""
     if len(name) > 60 and "(" in name:
-        name = name[: name.index("(")] + "(...)"
+        return shortened_signature(name, asked)
     return name
+
+
+def shortened_signature(signature: str, asked: QuestionProfile | None = None) -> str:
+    """``signature`` as its name and, of its parameters, those whose name the question
+    ``asked`` gives (a term or a code name), each with its default; ``...`` for the others."""
+    head, _, rest = signature.partition("(")
+    inside, _, tail = rest.rpartition(")")
+    params = top_level_split(inside)
+    wanted = named_parameters(asked) if asked is not None else set()
+    kept = [i for i, p in enumerate(params) if parameter_name(p).lower() in wanted]
+    if not kept:
+        return f"{head}(...)"
+    shown = [params[i] for i in kept]
+    if kept[0] > 0:
+        shown.insert(0, "...")
+    if kept[-1] < len(params) - 1:
+        shown.append("...")
+    return f"{head}({', '.join(shown)}){tail if len(tail) <= 20 else ''}"
+
+
+def named_parameters(asked: QuestionProfile) -> set[str]:
+    """The names a parameter the question asks about may have: its code names (the last part
+    of a dotted one) and its other terms (not ``url``, a word of ``open_url``)."""
+    names = {n.rpartition(".")[2].lower() for n in asked.identifiers}
+    pieces = {t for n in asked.identifiers for t in re.split(r"[\W_]+", n.lower())}
+    return names | {t.lower() for t in asked.terms if t.lower() not in pieces}
+
+
+def parameter_name(parameter: str) -> str:
+    """``isolation_level`` of ``isolation_level='DEFERRED'``, ``args`` of ``*args``."""
+    return re.split(r"[=:\[]", parameter, maxsplit=1)[0].strip().lstrip("*").strip()
+
+
+def top_level_split(text: str) -> list[str]:
+    """``text`` split at the commas outside brackets and quotes (a parameter list)."""
+    parts: list[str] = []
+    depth, quote, start = 0, "", 0
+    for i, char in enumerate(text):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [p for p in parts if p]
 
 
 @dataclass
