@@ -221,6 +221,8 @@ OPEN = "open_url(url, headers=(('a', 'b'), ('c', 'd')), sep=',;', *, timeout=Non
             "run(..., *callbacks, ...)",
         ),
         (OPEN, "What does open_url return?", "open_url(...)"),
+        # two signatures under one heading: only the first one's parameters
+        ("f(size=1); g(size=2, mode='r')", "What is the default size of f?", "f(size=1)"),
     ],
 )
 def test_shortened_signature_keeps_named_parameters_whole(signature, named, shown):

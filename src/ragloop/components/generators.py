@@ -128,12 +128,12 @@ def quoted(sentence: Sentence, scorer: SentenceScorer) -> str:
     the API or exception a part asks for ("which function ...", "which exception ...")."""
     asked = scorer.question
     names = [
-        section_name(sentence, naming=kind, asked=asked)
+        section_name(sentence, asked, naming=kind)
         for part, kind in named_parts(asked, sentence)
         if not gives_answer_type(kind, sentence.text, part)
     ]
     naming = next((n for n in names if n), "")  # the section names what a part asks for
-    name = naming or section_name(sentence, asked=asked)
+    name = naming or section_name(sentence, asked)
     if not name or name in sentence.text or sentence.kind == "signature":
         return sentence.text
     own = sentence.stems - sentence.loose_stems

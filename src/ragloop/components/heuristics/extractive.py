@@ -221,9 +221,7 @@ def is_signature(heading: str) -> bool:
     return bool(_SIGNATURE.match(heading.strip())) and bool(code_names(heading))
 
 
-def section_name(
-    sentence: Sentence, *, naming: str | None = None, asked: QuestionProfile | None = None
-) -> str:
+def section_name(sentence: Sentence, asked: QuestionProfile, *, naming: str | None = None) -> str:
     """The name of what a sentence is about, to quote it by: its heading, else its page's
     title (with ``naming``, an answer type of :data:`HEADING_NAMED`: the first of them that
     gives one, such as the name of some code); a long signature is cut to its name and the
@@ -239,13 +237,12 @@ def section_name(
     return name
 
 
-def shortened_signature(signature: str, asked: QuestionProfile | None = None) -> str:
-    """``signature`` as its name and, of its parameters, those whose name the question
-    ``asked`` gives (a term or a code name), each with its default; ``...`` for the others."""
+def shortened_signature(signature: str, asked: QuestionProfile) -> str:
+    """``signature`` as its name and, of its (first) parameter list, the parameters whose
+    name the question ``asked`` gives, each with its default; ``...`` for the others."""
     head, _, rest = signature.partition("(")
-    inside, _, tail = rest.rpartition(")")
-    params = top_level_split(inside)
-    wanted = named_parameters(asked) if asked is not None else set()
+    params = parameters(rest)
+    wanted = named_parameters(asked)
     kept = [i for i, p in enumerate(params) if parameter_name(p).lower() in wanted]
     if not kept:
         return f"{head}(...)"
@@ -254,7 +251,7 @@ def shortened_signature(signature: str, asked: QuestionProfile | None = None) ->
         shown.insert(0, "...")
     if kept[-1] < len(params) - 1:
         shown.append("...")
-    return f"{head}({', '.join(shown)}){tail if len(tail) <= 20 else ''}"
+    return f"{head}({', '.join(shown)})"
 
 
 def named_parameters(asked: QuestionProfile) -> set[str]:
@@ -270,8 +267,9 @@ def parameter_name(parameter: str) -> str:
     return re.split(r"[=:\[]", parameter, maxsplit=1)[0].strip().lstrip("*").strip()
 
 
-def top_level_split(text: str) -> list[str]:
-    """``text`` split at the commas outside brackets and quotes (a parameter list)."""
+def parameters(text: str) -> list[str]:
+    """The parameters of the list ``text`` continues (what follows its opening bracket): split
+    at the commas outside brackets and quotes, up to the bracket that closes it."""
     parts: list[str] = []
     depth, quote, start = 0, "", 0
     for i, char in enumerate(text):
@@ -283,6 +281,9 @@ def top_level_split(text: str) -> list[str]:
             depth += 1
         elif char in ")]}":
             depth -= 1
+            if depth < 0:  # the list's own closing bracket
+                text = text[:i]
+                break
         elif char == "," and depth == 0:
             parts.append(text[start:i].strip())
             start = i + 1
