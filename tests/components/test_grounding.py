@@ -248,3 +248,17 @@ def test_a_grounder_returning_the_wrong_type_is_reported_not_raised(caplog):
     assert "expected ragloop.Grounding" in caplog.text
     with pytest.raises(TypeError, match="grounder must"):
         ground(finished_run(), grounder=3)  # type: ignore[arg-type]
+
+
+def test_lexical_grounding_cites_the_chunk_whose_heading_names_the_claim():
+    """Two pages say the same sentence; the claim quoted under one's heading cites that one."""
+    said = "Return the number of CPUs in the system."
+    other = Chunk(
+        content=f"{said} Those usable are len(os.sched_getaffinity(0)).",
+        source="multiprocessing",
+        score=0.9,
+        metadata={"heading_path": ["multiprocessing.cpu_count()"]},
+    )
+    own = Chunk(content=said, source="os", score=0.8, metadata={"heading_path": ["os.cpu_count()"]})
+    grounding = LexicalGrounder().ground(f"os.cpu_count(): {said}", [other, own])
+    assert [s.chunk_id for s in grounding.faithful_spans[0].sources][:1] == [own.id]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ragloop.components.heuristics.extractive import SentenceScorer, code_name_found
 from ragloop.components.heuristics.questions import gives_answer_type, profile, question_parts
 from ragloop.core.text import (
     code_names,
+    content_stems,
     entity_phrases,
     loose_stems,
     passage_units,
@@ -196,6 +198,32 @@ def test_code_names_are_found_whole():
     ]
     assert profile("What does zip() do with strict=True?").identifiers == ("zip", "strict=True")
     assert code_names("How do I sort a list?") == []
+
+
+def test_a_dotted_name_is_found_by_its_last_part_under_no_other_qualifier():
+    def found(name: str, where: str) -> float:
+        return code_name_found(name, where, content_stems(where))
+
+    assert found("os.cpu_count", "os.cpu_count(): Return the number of CPUs.") == 1.0
+    assert found("os.cpu_count", "cpu_count(): Return the number of CPUs.") == 1.0
+    assert found("pathlib.Path.mkdir", "Path.mkdir(mode=0o777): Create a new directory.") == 1.0
+    # another module's function of the same name is another function
+    assert found("os.cpu_count", "multiprocessing.cpu_count(): Return the number.") < 1.0
+    assert found("typing.Self", "def f(self): return self") == 0.0
+
+
+def test_a_negated_term_is_said_by_its_negative_prefix():
+    asked = profile("What does os.cpu_count() return when the number cannot be determined?")
+    assert asked.negated == ("determined",)
+    assert profile("Which codecs aren't supported, and what isn't set?").negated == (
+        "supported",
+        "set",
+    )
+    scorer = SentenceScorer.build(asked, [])
+    assert stem("determined") in scorer.as_written(frozenset(), "Returns None if undetermined.")
+    # only where the question negates it: "determined" alone is not "undetermined"
+    plain = SentenceScorer.build(profile("How is the number of CPUs determined?"), [])
+    assert stem("determined") not in plain.as_written(frozenset(), "None if undetermined.")
 
 
 def test_a_word_as_written():

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, Field
 
-from ragloop.components.heuristics.corpus import chunk_text
+from ragloop.components.heuristics.corpus import chunk_context, chunk_text
 from ragloop.components.llm.fitting import ask_fitted, fit_chunk_prompt
 from ragloop.components.llm.prompts import judge_chunk, judge_prompt
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
@@ -225,17 +225,24 @@ class LexicalGrounder:
         if not chunks:
             return Grounding(score=0.0, grounder=self.name)
         chunk_terms = [_terms(chunk_text(c)) for c in chunks]  # headings are text too
+        heading_terms = [_terms(chunk_context(c)) for c in chunks]
         grounded: list[tuple[GroundedSpan | None, bool]] = []
         for start, end in sentences(answer):
             text = answer[start:end]
             terms = _terms(text)
             if not terms:
                 continue
+            # of chunks that hold as much of the sentence, the one whose headings name more of
+            # it ("os.cpu_count(): Return the number of CPUs." under os.cpu_count(), not
+            # under multiprocessing.cpu_count(), which says the same)
             overlaps = sorted(
-                ((len(terms & ct) / len(terms), i) for i, ct in enumerate(chunk_terms)),
-                key=lambda pair: (-pair[0], pair[1]),
+                (
+                    (len(terms & ct) / len(terms), len(terms & heading_terms[i]), i)
+                    for i, ct in enumerate(chunk_terms)
+                ),
+                key=lambda entry: (-entry[0], -entry[1], entry[2]),
             )
-            backing = [(s, i) for s, i in overlaps if s >= self.min_source_score]
+            backing = [(s, i) for s, _, i in overlaps if s >= self.min_source_score]
             covered = set().union(*(chunk_terms[i] for _, i in backing)) & terms
             numbers = {t for t in terms if is_number(t)}
             ok = len(covered) / len(terms) >= self.threshold and numbers <= covered

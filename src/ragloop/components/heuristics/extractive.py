@@ -76,6 +76,7 @@ SOFT_CANDIDATES = 10  # best sentences checked for soft matches
 EMBEDDED_SENTENCES = 32  # best sentences (scored without similarity) that get embedded
 STAND_INS = 4  # corpus words that may stand for a question word the corpus never uses
 CODE_FACTOR = 0.7  # a piece of code, against a sentence that says the same
+NEGATIVE_PREFIXES = ("un", "in", "im", "il", "ir", "non")  # "unsupported" says "not supported"
 LOOSE_WEIGHT = 0.25  # a question term found only inside a longer compound name
 # answers the documentation names in a section's heading ("exception RecursionError", "json.dumps
 # (obj, ...)") and then describes ("It is raised when ..."): a unit gives them with its heading
@@ -134,19 +135,34 @@ def code_name_found(
     name: str, where: str, stems: frozenset[str], loose: frozenset[str] = frozenset()
 ) -> float:
     """How exactly ``where`` (a text with its stems) names a code name: 1.0 verbatim (a
-    dotted name also by its last part), 0.5 when only the words of the name occur as written,
-    on their own rather than inside other names, else 0."""
+    dotted name also by its last part, alone or under a compatible qualifier), 0.5 when only
+    the words of the name occur as written, on their own rather than inside other names,
+    else 0."""
     text = where.lower()
     wanted = name.lower()
-    tail = name.rsplit(".", 1)[-1]
-    # the last part alone in its own case: ``typing.Self`` is not any "self"
-    if re.search(rf"(?<![\w.]){re.escape(wanted)}(?!\w)", text) or (
-        tail != name and re.search(rf"(?<!\w){re.escape(tail)}(?!\w)", where)
-    ):
+    if re.search(rf"(?<![\w.]){re.escape(wanted)}(?!\w)", text) or named_by_tail(name, where):
         return 1.0
+    tail = name.rsplit(".", 1)[-1]
     words = _WORD.findall(tail)
     found = all(says_word(where, w) and stem(w.lower()) not in loose for w in words)
     return 0.5 if words and found else 0.0
+
+
+def named_by_tail(name: str, where: str) -> bool:
+    """Whether ``where`` names the dotted ``name`` by its last part, in its own case
+    (``typing.Self`` is not any "self"), alone or under a qualifier that agrees with the
+    name's (``Path.mkdir`` for ``pathlib.Path.mkdir``): ``multiprocessing.cpu_count`` is
+    another function than ``os.cpu_count``."""
+    qualifier, _, tail = name.rpartition(".")
+    if not qualifier:
+        return False
+    own = qualifier.lower().split(".")
+    for match in re.finditer(rf"(?<![\w.])((?:[A-Za-z_]\w*\.)*){re.escape(tail)}(?!\w)", where):
+        theirs = match[1].lower().rstrip(".").split(".") if match[1] else []
+        shorter = min(len(own), len(theirs))
+        if own[len(own) - shorter :] == theirs[len(theirs) - shorter :]:
+            return True
+    return False
 
 
 _WORD = re.compile(r"[^\W_]+")
@@ -319,10 +335,26 @@ class SentenceScorer:
         return cls(asked, sentences, weights, compounds, question_code_words(asked))
 
     def as_written(self, stems: frozenset[str] | set[str], text: str) -> frozenset[str]:
-        """``stems`` without the question's code words that ``text`` does not say as written
-        (``typing`` in ``typing.Self`` is not the ``type`` of ``type(obj)``)."""
+        """The question's terms ``text`` (with its ``stems``) says: ``stems`` without the
+        question's code words that ``text`` does not say as written (``typing`` in
+        ``typing.Self`` is not the ``type`` of ``type(obj)``), and with the terms the question
+        negates that ``text`` says with a negative prefix ("cannot be determined":
+        "undetermined")."""
         absent = {s for s, word in self.code_words.items() if not says_word(text, word)}
-        return frozenset(stems) - absent
+        return (frozenset(stems) - absent) | self.negated_in(text)
+
+    def negated_in(self, text: str) -> frozenset[str]:
+        """The stems of the question's negated terms that ``text`` says as one word with a
+        negative prefix ("undetermined" for "cannot be determined")."""
+        if not self.question.negated:
+            return frozenset()
+        wanted = {stem(t) for t in self.question.negated}
+        return frozenset(
+            stem(word[len(prefix) :])
+            for word in tokenize(text)
+            for prefix in NEGATIVE_PREFIXES
+            if word.startswith(prefix) and stem(word[len(prefix) :]) in wanted
+        )
 
     def coverage(
         self,

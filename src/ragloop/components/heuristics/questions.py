@@ -216,6 +216,7 @@ class QuestionProfile:
     stems: frozenset[str] = frozenset()
     focus: tuple[str, ...] = ()
     identifiers: tuple[str, ...] = ()
+    negated: tuple[str, ...] = ()  # terms it negates ("cannot be determined": "determined")
 
     @property
     def is_multi_part(self) -> bool:
@@ -314,7 +315,21 @@ def profile(question: str) -> QuestionProfile:
         stems=frozenset(stem(t) for t in terms),
         focus=tuple(dict.fromkeys(t for t in focus_terms if t in terms and not is_generic(t))),
         identifiers=tuple(identifiers),
+        negated=negated_terms(question, terms),
     )
+
+
+# "cannot be determined", "is not supported", "isn't set": a state the documents may name with
+# a negative prefix ("undetermined", "unsupported", "unset")
+_NEGATED = re.compile(
+    r"(?:\b(?:not|cannot|never)|n't)\s+(?:(?:be|been|being)\s+)?([a-z]{3,})\b", re.IGNORECASE
+)
+
+
+def negated_terms(question: str, terms: list[str]) -> tuple[str, ...]:
+    """The question's terms that it negates (``determined`` in "cannot be determined")."""
+    negated = (m[1].lower() for m in _NEGATED.finditer(question))
+    return tuple(dict.fromkeys(t for t in negated if t in terms))
 
 
 # the names question_parts gives a later part for its "it" ("... describes it (typing.Self)")
