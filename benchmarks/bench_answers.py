@@ -26,12 +26,16 @@
    gold passages withheld from the knowledge base (benchmarks/withheld.py), the refusal and
    confident-but-wrong rates on them, and the selective figures with them mixed with as many
    answerable questions of the same datasets.
+6. The evidence-gap report on pydocs questions half answered: a fact question joined with an
+   unanswerable one, in both orders; whether the report names the answered part found and the
+   other not found.
 
 ``python benchmarks/bench_answers.py --model SPEC`` runs the pydocs part with the LLM
 components (a ``ragloop.resolve_model`` spec such as ``openai:gpt-4o-mini``), so a user with a
 key can reproduce it; ``--kb FILE`` reuses a built knowledge base, ``--limit N`` takes the
 first N questions and ``--failures`` lists what each engine got wrong. ``--withheld N`` runs
-only part 5, with N withheld and N answerable questions of each dataset.
+only part 5, with N withheld and N answerable questions of each dataset; ``--half-answered``
+only part 6.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from withheld import NAMES, withheld_set
 
 from ragloop import AgentLoop, ExtractiveGenerator, KnowledgeBase, RAGLoop
 from ragloop.components.citations import NO_ANSWER, strip_citations
+from ragloop.components.heuristics.questions import question_parts
 from ragloop.core.records import Chunk, StopReason
 from ragloop.evaluation.configurations import answer_chance, answered_by
 from ragloop.evaluation.datasets import EvalQuestion, load_dataset
@@ -77,6 +82,7 @@ CORPUS_FOLDERS = ("library", "tutorial", "howto", "faq", "reference")
 CONFIDENT = {StopReason.CONVERGED, StopReason.ANSWERED}
 HOTPOT_EVERY = 4
 WITHHELD = 30  # withheld questions of each dataset (and as many answerable ones)
+HALF_ANSWERED = 16  # fact questions paired with as many unanswerable ones, in both orders
 COVERAGES = (0.25, 0.5, 0.75, 1.0)
 THRESHOLDS = (0.3, 0.5, 0.7, 0.9)
 COLUMNS = (
@@ -583,6 +589,81 @@ def withheld_section(
     ]
 
 
+# -- questions half answered --------------------------------------------------------------------
+
+
+def joined(first: str, second: str) -> str:
+    """Two questions asked as one: "What is X, and on what date is Y?"."""
+    head, _, rest = second.partition(" ")
+    if head.lower() in QUESTION_WORDS:
+        second = f"{head.lower()} {rest}"
+    return f"{first.rstrip(' ?')}, and {second}"
+
+
+QUESTION_WORDS = frozenset(
+    "what which when where who whom whose why how in on by with does do is are can".split()
+)
+
+
+def half_answered_items(items: list[Item]) -> list[tuple[str, list[bool], Item]]:
+    """Each of the first ``HALF_ANSWERED`` fact questions (by id) joined with the unanswerable
+    question of the same place, in both orders: (question, for each of its parts whether the
+    docs answer it, the fact question). An unanswerable question may have two parts itself."""
+    facts = sorted((i for i in items if i.kind == "fact"), key=lambda i: i.id)
+    unanswerable = sorted((i for i in items if i.kind == "unanswerable"), key=lambda i: i.id)
+    out = []
+    for fact, other in list(zip(facts, unanswerable, strict=False))[:HALF_ANSWERED]:
+        answers = [True] * len(question_parts(fact.question))
+        not_answered = [False] * len(question_parts(other.question))
+        out += [
+            (joined(fact.question, other.question), answers + not_answered, fact),
+            (joined(other.question, fact.question), not_answered + answers, fact),
+        ]
+    return out
+
+
+def half_answered_section(kb: KnowledgeBase) -> list[str]:
+    """The evidence-gap report on questions whose one part the docs answer and whose other they
+    do not: whether the run stands by an answer (it should not), whether its report splits the
+    question in two, and whether it marks the answerable part found and the other not found."""
+    asked = half_answered_items(pydocs_items())
+    rows = []
+    for name, engine in (
+        ("RAGLoop.offline", RAGLoop.offline(kb)),
+        ("AgentLoop.offline", AgentLoop.offline(kb)),
+    ):
+        print(f"  half answered: {name} ...", file=sys.stderr, flush=True)
+        refused = reported = split = named = gold = 0
+        for question, answerable, fact in asked:
+            result = engine.run(question)
+            gaps = result.gaps
+            gold += is_right(result.answer or "", fact.gold)
+            refused += not answer_chance(result)[2]
+            reported += gaps is not None and bool(gaps.parts)
+            if gaps is not None and len(gaps.parts) == len(answerable):
+                split += 1
+                named += [p.found for p in gaps.parts] == answerable
+        n = len(asked)
+        cells = [pct(count, n) for count in (refused, reported, split, named, gold)]
+        rows.append(f"| {name} | {' | '.join(cells)} |")
+    return [
+        "### Questions half answered: the evidence-gap report",
+        "",
+        f"Each of the first {HALF_ANSWERED} fact questions (by id) joined with the unanswerable "
+        f'question of the same place, in both orders ("{asked[0][0]}"): {len(asked)} questions '
+        "of which the docs answer one part. Not confident: the run does "
+        "not stand by an answer; a report: `result.gaps` marks at least one part found or not "
+        "found; parts: the report splits the question into the parts of the two (an "
+        "unanswerable question may have two); named right: the answerable parts found and the "
+        "others not; fact in the answer: the answer (or the best attempt) holds the fact "
+        "question's gold answer.",
+        "",
+        "| engine | not confident | a report | parts | named right | fact in the answer |",
+        "|---|---|---|---|---|---|",
+        *rows,
+    ]
+
+
 # -- the section -------------------------------------------------------------------------------
 
 
@@ -619,6 +700,7 @@ def run() -> str:
     kb = pydocs_knowledge_base()
     items = pydocs_items()
     chosen = pydocs_runs(kb, items)
+    half_answered = half_answered_section(kb)
     kb.close()
     counts = {k: sum(i.kind == k for i in items) for k in ("fact", "paraphrase", "multi")}
     unanswerable = sum(i.kind == "unanswerable" for i in items)
@@ -658,6 +740,8 @@ def run() -> str:
             "",
             *threshold_table(chosen),
             "",
+            *half_answered,
+            "",
             *hotpot_section(),
             "",
             *withheld_section(),
@@ -680,7 +764,13 @@ def main() -> None:
         default=0,
         help="only the withheld-passage set: N withheld and N answerable questions a dataset",
     )
+    parser.add_argument(
+        "--half-answered", action="store_true", help="only the questions half answered"
+    )
     args = parser.parse_args()
+    if args.half_answered:
+        print("\n".join(half_answered_section(pydocs_knowledge_base(args.kb))))
+        return
     prefixes = [p.strip().lower() for p in args.engines.split(",") if p.strip()]
     if args.withheld:
         print("\n".join(withheld_section(args.withheld, prefixes, args.dump)))

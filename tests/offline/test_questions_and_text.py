@@ -82,6 +82,20 @@ def test_a_later_part_may_open_with_a_phrase_before_its_question_word():
     ]
 
 
+def test_it_stands_for_the_nearest_part_before_it_that_names_something():
+    assert (
+        question_parts(
+            "What is the default maxsize of functools.lru_cache, and what kind of UUID does "
+            "uuid.uuid7() generate, and how is its timestamp encoded?"
+        )[2]
+        == "how is its timestamp encoded (uuid.uuid7)"
+    )
+    # a part that says "it" passes its names on; "PEP" is asked for, not named
+    assert question_parts(
+        "When was typing.Self added, and which PEP describes it, and what does it return?"
+    )[1:] == ["which PEP describes it (typing.Self)", "what does it return (typing.Self)"]
+
+
 def test_a_later_part_that_says_it_is_read_with_the_first_parts_names():
     """ "which PEP describes it" asks about typing.Self, not about any PEP."""
     assert question_parts("When was typing.Self added, and which PEP describes it?") == [

@@ -268,23 +268,40 @@ def subject_phrase(clause: str) -> list[str]:
 
 def question_parts(question: str) -> list[str]:
     """The clauses of a multi-part question (a one-element list for a simple one). A later
-    clause that says "it" or "them" gets the names the first one gives (its code names, else
-    its subject, else its other names; none when the first asks for its subject: "What
-    exception is raised ..."), in brackets ("which PEP describes it (typing.Self)",
-    "which PEP specifies them (assignment expressions)"), so that it is searched and checked
-    for its own subject, not for any PEP."""
+    clause that says "it" or "them" gets the names of the nearest clause before it that gives
+    any (its code names, else its subject, else its other names; none when that clause asks
+    for its subject: "What exception is raised ..."), in brackets ("which PEP describes it
+    (typing.Self)", "which PEP specifies them (assignment expressions)"), so that it is
+    searched and checked for its own subject, not for any PEP."""
     parts = [p.strip(" ,") for p in CLAUSE_SPLIT.split(question.strip()) if content_terms(p)]
-    if len(parts) < 2 or answer_is_subject(parts[0]):
+    if len(parts) < 2:
         return parts or [question.strip()]
-    # the most specific first; names in "which Python version ..." ask, they are not asked of
-    names = code_names(parts[0]) or subject_phrase(parts[0]) or entity_phrases(parts[0])
-    resolved = [parts[0]]
-    for part in parts[1:]:
-        missing = [n for n in names if n.lower() not in part.lower()]
-        if missing and refers_back(part):
-            part = f"{part.rstrip('?')} ({', '.join(dict.fromkeys(missing))})"
+    names: list[str] = []
+    resolved = []
+    for i, part in enumerate(parts):
+        own = clause_names(part)
+        if i and refers_back(part):
+            missing = [n for n in names if n.lower() not in part.lower()]
+            if missing:
+                part = f"{part.rstrip('?')} ({', '.join(dict.fromkeys(missing))})"
         resolved.append(part)
+        if own is not None:
+            names = own
     return resolved
+
+
+def clause_names(clause: str) -> list[str] | None:
+    """The names a later "it" may stand for: the clause's code names, else its subject, else
+    its other names (the most specific first: names in "which Python version ..." ask, they
+    are not asked of); ``[]`` when it asks for its subject ("What exception is raised ...":
+    "it" is then the answer); None when it names nothing of its own (a clause that says "it"
+    itself names only its code names: "PEP" in "which PEP describes it" is asked for)."""
+    if answer_is_subject(clause):
+        return []
+    if refers_back(clause):
+        return code_names(clause) or None
+    names = code_names(clause) or subject_phrase(clause) or entity_phrases(clause)
+    return names or None
 
 
 def profile(question: str) -> QuestionProfile:
