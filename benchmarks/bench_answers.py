@@ -592,17 +592,17 @@ def withheld_section(
 # -- questions half answered --------------------------------------------------------------------
 
 
+QUESTION_WORDS = frozenset(
+    "what which when where who whom whose why how in on by with does do is are can".split()
+)
+
+
 def joined(first: str, second: str) -> str:
     """Two questions asked as one: "What is X, and on what date is Y?"."""
     head, _, rest = second.partition(" ")
     if head.lower() in QUESTION_WORDS:
         second = f"{head.lower()} {rest}"
     return f"{first.rstrip(' ?')}, and {second}"
-
-
-QUESTION_WORDS = frozenset(
-    "what which when where who whom whose why how in on by with does do is are can".split()
-)
 
 
 def half_answered_items(items: list[Item]) -> list[tuple[str, list[bool], Item]]:

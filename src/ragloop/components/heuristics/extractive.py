@@ -349,12 +349,13 @@ class SentenceScorer:
         if not self.question.negated:
             return frozenset()
         wanted = {stem(t) for t in self.question.negated}
-        return frozenset(
+        unprefixed = (
             stem(word[len(prefix) :])
             for word in tokenize(text)
             for prefix in NEGATIVE_PREFIXES
-            if word.startswith(prefix) and stem(word[len(prefix) :]) in wanted
+            if word.startswith(prefix)
         )
+        return frozenset(s for s in unprefixed if s in wanted)
 
     def coverage(
         self,
