@@ -139,6 +139,8 @@ def test_a_later_part_that_says_it_is_read_with_the_first_parts_names():
     [
         ("duration", "You can return unused items within 60 days of purchase.", True),
         ("duration", "Rucksacks and daypacks: lifetime.", True),
+        ("duration", "The kettle boils water in ninety seconds.", True),
+        ("number", "The shop stocks seventeen tents.", True),
         ("duration", "Bring the item to any store.", False),
         ("amount", "A tent costs £12 a night to hire.", True),
         ("amount", "Delivery is free on orders over fifty pounds.", True),

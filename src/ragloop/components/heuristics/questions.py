@@ -164,8 +164,9 @@ _FOCUS = re.compile(
 )
 
 _NUMBER_WORDS = (
-    "one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty "
-    "fifty hundred thousand million half dozen once twice"
+    "one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
+    "hundred thousand million billion half dozen once twice"
 ).split()
 _NUM = r"(?:\d[\d,.]*|" + "|".join(_NUMBER_WORDS) + r")"
 _UNIT_PATTERNS: dict[str, re.Pattern[str]] = {
