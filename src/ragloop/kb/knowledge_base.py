@@ -63,7 +63,8 @@ from ragloop.kb.stores.sqlite.store import SQLiteStore
 logger = logging.getLogger("ragloop")
 
 VectorsWhen = Literal["now", "later"]
-_PIPELINE_VERSION = "4"  # bumped when readers or chunking change: re-ingest re-reads every file
+# bumped when readers, chunking or link matching change: re-ingest re-reads every file
+_PIPELINE_VERSION = "5"
 NO_EMBEDDER = ("none", 0)  # recorded for a knowledge base built for keyword search only
 
 

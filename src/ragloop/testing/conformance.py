@@ -319,6 +319,26 @@ class KnowledgeBaseConformance:
         assert [c.metadata["title"] for c in kb.linked_chunks([first.id])] == ["Northfold Gear"]
         kb.close()
 
+    def test_an_identifier_is_mentioned_only_as_itself(self, tmp_path: Path) -> None:
+        """A name written as an identifier ("RETURN_VALUE") is one word: prose that uses its
+        parts ("the return value") does not mention it, the identifier does."""
+        kb = self.make_kb(tmp_path, HashEmbedder(128))
+        kb.add_documents(
+            [
+                Document(text="Pops the stack top.", source="a", title="RETURN_VALUE"),
+                Document(text="Check the return value of the call.", source="b", title="Calls"),
+                Document(text="The opcode RETURN_VALUE ends a frame.", source="c", title="Frames"),
+            ]
+        )
+
+        def linked_titles(query: str) -> list[str]:
+            first = kb.search(query, mode="bm25", top_k=1)[0]
+            return [c.metadata["title"] for c in kb.linked_chunks([first.id])]
+
+        assert linked_titles("check call") == []
+        assert linked_titles("opcode ends frame") == ["RETURN_VALUE"]
+        kb.close()
+
     def test_links_within_one_batch_go_both_ways(self, tmp_path: Path) -> None:
         """Documents ingested together are written in one transaction: each one's mentions of
         the others' titles are linked, in both directions, as if ingested one at a time."""

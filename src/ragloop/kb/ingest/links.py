@@ -7,7 +7,9 @@ Multi-hop questions cross from one document to another through a name ("the dire
 A chunk links to a target chunk when its text contains the target's document title or its last
 heading, and the two belong to different documents. Multi-word names match case-insensitively;
 a one-word name must appear with its own capitalisation ("Paris", not "paris"), and generic
-headings ("Overview", "Introduction", ...) never link. A document's target for a name is its
+headings ("Overview", "Introduction", ...) never link. An identifier is one word
+("RETURN_VALUE", "sys.exc_info"): prose that uses its parts ("the return value") does not
+mention it. A document's target for a name is its
 first chunk that bears the name (the title names the first chunk), and a chunk mentioning a name
 links to that target in every other document bearing it; when several of a target's names occur
 in one chunk, the link records the longest. Both directions are computed when a document is
@@ -35,7 +37,10 @@ MAX_NAME_WORDS = 8
 # (a cap would make the links depend on the order documents were ingested in)
 ALL_MATCHES = 2**62
 
-_WORD = re.compile(r"[^\W_]+(?:['’.\-][^\W_]+)*")
+# A word: letters and digits, joined by an apostrophe, a dot, a hyphen or an underscore, so an
+# identifier is one word ("first_line", "sys.exc_info") and is not mentioned by prose that uses
+# its parts ("the first line").
+_WORD = re.compile(r"[^\W_]+(?:['’.\-_][^\W_]+)*")
 
 
 def normalise_name(name: str) -> str:
