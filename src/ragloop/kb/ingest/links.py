@@ -9,13 +9,13 @@ heading, and the two belong to different documents. Multi-word names match case-
 a one-word name must appear with its own capitalisation ("Paris", not "paris"), and generic
 headings ("Overview", "Introduction", ...) never link. An identifier is one word
 ("RETURN_VALUE", "sys.exc_info"): prose that uses its parts ("the return value") does not
-mention it. A document's target for a name is its
-first chunk that bears the name (the title names the first chunk), and a chunk mentioning a name
-links to that target in every other document bearing it; when several of a target's names occur
-in one chunk, the link records the longest. Both directions are computed when a document is
-written: its chunks against every known name, and every stored chunk against its names, with
-the same matching, so the graph does not depend on ingestion order: updating documents gives
-the same links as building the knowledge base again.
+mention it. A document's target for a name is its first chunk that bears the name (the title
+names the first chunk), and a chunk mentioning a name links to that target in every other
+document bearing it; when several of a target's names occur in one chunk, the link records
+the longest. Both directions are computed when a document is written: its chunks against every
+known name, and every stored chunk against its names, with the same matching, so the graph does
+not depend on ingestion order: updating documents gives the same links as building the
+knowledge base again.
 """
 
 from __future__ import annotations
