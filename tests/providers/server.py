@@ -138,3 +138,102 @@ class LoopbackServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(5)
+
+
+class _ChatHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _ChatServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        owner = self.server.owner
+        owner.requests += 1
+        if owner.delay_s and owner.released.wait(owner.delay_s):
+            self.close_connection = True
+            return
+        body = json.loads(raw) if raw else {}
+        if body.get("stream"):
+            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+            events = [
+                json.dumps(
+                    {**chunk, "choices": [{"index": 0, "delta": {"content": owner.content}}]}
+                ),
+                json.dumps(
+                    {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+                ),
+            ]
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("connection", "close")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(f"data: {event}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.close_connection = True
+            return
+        if owner.body is not None:
+            self._send(owner.body.encode())
+            return
+        reply = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": owner.content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+        self._send(json.dumps(reply).encode())
+
+    def _send(self, payload: bytes) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+class _ChatServer(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: ChatServer
+
+
+class ChatServer:
+    """An OpenAI-compatible chat model on 127.0.0.1 that answers every request with
+    ``content`` (streamed when the request asks), after ``delay_s`` seconds; ``body``, when
+    given, is the whole reply to a request that is not streamed; a context manager. ``spec``
+    is the model spec ragloop reads (``openai-compatible:URL#m``)."""
+
+    def __init__(self, content: str = "", *, body: str | None = None, delay_s: float = 0.0) -> None:
+        self.content = content
+        self.body = body
+        self.delay_s = delay_s
+        self.requests = 0
+        self.released = threading.Event()
+        self._httpd = _ChatServer(("127.0.0.1", 0), _ChatHandler)
+        self._httpd.owner = self
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+        )
+
+    @property
+    def spec(self) -> str:
+        return f"openai-compatible:http://127.0.0.1:{self._httpd.server_address[1]}/v1#m"
+
+    def __enter__(self) -> ChatServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.released.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)

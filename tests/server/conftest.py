@@ -18,7 +18,13 @@ from ragloop.server.app import create_app
 from ragloop.server.running import BackgroundServer
 from ragloop.server.service import Service
 
-KEYS = {"alice": "rl-alice-key", "bob": "rl-bob-key", "root": "rl-root-key", "one": "rl-one-key"}
+KEYS = {
+    "alice": "rl-alice-key",
+    "bob": "rl-bob-key",
+    "root": "rl-root-key",
+    "one": "rl-one-key",
+    "pubadmin": "rl-pubadmin-key",
+}
 PUBLIC = [
     Document(
         source="hire.md",
@@ -68,6 +74,7 @@ def key_settings(**server: object) -> Settings:
         "bob": {"hash": hash_key(KEYS["bob"]), "collections": ["secret"]},
         "root": {"hash": hash_key(KEYS["root"]), "admin": True},
         "one": {"hash": hash_key(KEYS["one"]), "max_concurrency": 1},
+        "pubadmin": {"hash": hash_key(KEYS["pubadmin"]), "collections": ["public"], "admin": True},
     }
     return Settings.model_validate({"server": {"keys": keys, **server}})
 
@@ -91,7 +98,7 @@ def serving(kb_path: Path, settings: Settings, tmp_path: Path) -> Iterator[tuple
 @pytest.fixture
 def server(kb_file, tmp_path) -> Iterator[tuple[str, Service]]:
     """The server with keys: alice reads public, bob secret, root is admin, one runs one at a
-    time."""
+    time, pubadmin is an admin of public only."""
     with serving(kb_file, key_settings(), tmp_path) as running:
         yield running
 

@@ -249,3 +249,34 @@ async def _refused(client, uri: str) -> str:
     except MCPError as error:
         return str(error)
     raise AssertionError(f"{uri} was read")
+
+
+async def test_a_listener_hears_only_collections_its_key_may_read(kb_path, tmp_path):
+    """A scoped admin may not listen to another collection's document (issue 58, item 1); a
+    key that may read it does."""
+    import anyio
+    from mcp.shared.exceptions import MCPError
+
+    secret = "ragloop://documents/secret/launch.md"
+
+    async def first_event(client, uri: str):
+        with anyio.fail_after(20):
+            async with client.listen(resource_subscriptions=[uri]) as events:
+                async for event in events:
+                    return event
+        return None
+
+    for uri in (secret, "ragloop://documents/%73ecret/launch.md"):
+        async with serving_mcp(kb_path, tmp_path, "pubadmin") as (client, _):
+            with pytest.raises(MCPError, match="may not read collection 'secret'"):
+                await first_event(client, uri)
+    async with serving_mcp(kb_path, tmp_path, "root") as (client, service):
+        async with client.listen(resource_subscriptions=[secret]) as events:
+            service.documents_changed("secret", ["launch.md"])
+            heard = None
+            with anyio.fail_after(20):
+                async for event in events:
+                    heard = event
+                    break
+        assert heard is not None
+        assert heard.uri == secret

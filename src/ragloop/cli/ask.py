@@ -18,6 +18,7 @@ from ragloop.cli.common import (
     output_option,
     print_json,
     text_argument,
+    warnings_shown,
 )
 from ragloop.cli.common import settings as config_settings
 from ragloop.cli.demo import open_demo
@@ -218,7 +219,12 @@ def ask(
         options = {**settings, "budget": budget} if budget is not None else dict(settings)
         loop = build_engine(engine, kb, model_spec, options, model_options)
         # a local trace of your own question keeps its text unless [traces] content = false
-        with TraceRecorder(store, meta=meta, content=configured.traces.content) as recorder:
+        with (
+            warnings_shown(),
+            TraceRecorder(
+                store, meta=meta, content=configured.traces.content, keep=max(1000, len(questions))
+            ) as recorder,
+        ):
             outcomes = [
                 ask_one(
                     loop,
@@ -281,7 +287,7 @@ def ask_one(
         console.print(
             render_answer(result.answer, stop, detail, gaps=result.gaps, confident=result.confident)
         )
-        if trace_id:
+        if trace_id and trace_id not in recorder.unsaved:  # an unsaved one was warned of
             where = " --demo" if demo else ""
             console.print(
                 f"[dim]trace {trace_id[:12]}: ragloop traces show {trace_id[:12]}{where}[/]\n"

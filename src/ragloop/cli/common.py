@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from ragloop.cli.tables import CONTROLS
 from ragloop.core.errors import ConfigError, RagloopError
@@ -26,6 +29,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
+
+
+class _WarningLine(logging.Handler):
+    """A ragloop warning as one line on stderr (the reason, never a traceback)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = escape(record.getMessage())
+        errors.print(f"[yellow]warning:[/] {message}", highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def warnings_shown() -> Iterator[None]:
+    """Show what the library warns of (a cache or trace it could not write) while a command
+    runs, one line each: a library logs to ``ragloop`` and shows nothing by itself."""
+    handler = _WarningLine(logging.WARNING)
+    logger = logging.getLogger("ragloop")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def default_kb_location() -> str:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
+from ragloop.core.cache_writes import skip_failed_cache_write
 from ragloop.core.errors import ConfigError, DenseSearchUnavailable
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import Chunk, Scope
@@ -141,8 +142,12 @@ class Searching:
         vector = embed_queries(embedder, [query])[0]
         check_vectors([vector], 1, embedder.dimension)
         self._query_vectors.store(embedder.model_id, query, vector)
-        if isinstance(self.store, SharedQueryVectors):
-            self.store.cache_query_vector(embedder.model_id, query, vector)
+        store = self.store
+        if isinstance(store, SharedQueryVectors):
+            skip_failed_cache_write(
+                "the query-vector cache",
+                lambda: store.cache_query_vector(embedder.model_id, query, vector),
+            )
         return vector
 
     def retriever(

@@ -28,6 +28,7 @@ import logging
 import os
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -363,11 +364,14 @@ def trace_meta(**meta: Any) -> Iterator[None]:
 class TraceRecorder:
     """Records the runs that happen while it listens (use it as a context manager).
 
-    Each finished run becomes a :class:`TraceRecord` in ``records`` (by run id) and, given a
-    ``store``, is saved there. ``meta`` is stored with every record (the knowledge base, the
-    model, the settings of the command that ran it), with the :func:`trace_meta` of the run.
-    ``content``: keep the question, queries and answer (True, the default), never (False), or
-    as the telemetry capture switch says (None); see the module docstring.
+    Each finished run becomes a :class:`TraceRecord` in ``records`` (by run id; the newest
+    ``keep``, so a recorder that listens for a server's lifetime holds a bounded number) and,
+    given a ``store``, is saved there; a save the store refuses (a full disk) is logged in one
+    line and its reason kept in ``unsaved`` (as bounded), and the run goes on. ``meta`` is
+    stored with every record (the knowledge base, the model, the settings of the command that
+    ran it), with the :func:`trace_meta` of the run. ``content``: keep the question, queries
+    and answer (True, the default), never (False), or as the telemetry capture switch says
+    (None); see the module docstring.
     """
 
     def __init__(
@@ -376,13 +380,18 @@ class TraceRecorder:
         *,
         meta: Mapping[str, Any] | None = None,
         content: bool | None = True,
+        keep: int = 1000,
     ) -> None:
         if content is not None and not isinstance(content, bool):
             raise TypeError(f"content must be True, False or None, got {content!r}")
+        if keep < 0:
+            raise ValueError(f"keep must be 0 or more, got {keep}")
         self.store = store
         self.content = content
         self.meta = redact_all(dict(meta or {}))  # a model given as a URL may carry a key
-        self.records: dict[str, TraceRecord] = {}
+        self.keep = keep
+        self.records: OrderedDict[str, TraceRecord] = OrderedDict()
+        self.unsaved: OrderedDict[str, str] = OrderedDict()  # run id -> why it was not saved
         self._events: dict[str, list[LoopEvent]] = {}
         self._meta: dict[str, Mapping[str, Any]] = {}  # root run id -> its trace_meta
         self._nested = NestedRuns()
@@ -406,9 +415,21 @@ class TraceRecorder:
             meta = {**self.meta, **self._meta.pop(root, {})}
         content = trace_content_enabled() if self.content is None else self.content
         record = TraceRecord.from_events(events, content=content, meta=meta)
-        self.records[record.id] = record
-        if self.store is not None:
+        self._keep(self.records, record.id, record)
+        if self.store is None:
+            return
+        try:
             self.store.save(record)
+        except Exception as error:  # the answer still comes back; the trace is reported lost
+            reason = f"{type(error).__name__}: {error}"
+            self._keep(self.unsaved, record.id, reason)
+            logger.warning("the trace of run %s was not saved: %s", record.id, reason)
+
+    def _keep(self, kept: OrderedDict[str, Any], key: str, value: Any) -> None:
+        with self._lock:
+            kept[key] = value
+            while len(kept) > self.keep:
+                kept.popitem(last=False)
 
     def __enter__(self) -> TraceRecorder:
         self._listening = listen(self, content=self.content)

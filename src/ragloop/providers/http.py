@@ -199,6 +199,10 @@ def json_body(response: httpx.Response) -> Any:
         return json.loads(response.content)
     except ValueError:
         raise _malformed(response.request.url, "a body that is not JSON", response.text) from None
+    except RecursionError:  # JSON nested deeper than Python's stack: a broken reply, not ours
+        raise _malformed(
+            response.request.url, "JSON nested too deeply to read", response.text
+        ) from None
 
 
 class _Limits:

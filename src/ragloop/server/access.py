@@ -12,9 +12,9 @@ own origin only), since a browser on this machine is on loopback too.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
@@ -79,6 +79,28 @@ class Caller:
     def require_admin(self) -> None:
         if not self.admin:
             raise AccessDenied(403, "only an admin key may add or delete documents")
+
+    def writable(self, collection: str | None) -> tuple[str, ...] | None:
+        """The collections a write or delete may touch: ``collection`` (None: every
+        collection the key may read, all of them for a key without a limit). Only an admin
+        key writes, and only inside its own collections."""
+        self.require_admin()
+        if collection is None:
+            return self.collections
+        if not self.may_read(collection):
+            raise AccessDenied(403, f"this key may not change collection {collection!r}")
+        return (collection,)
+
+    def may_read_run(self, meta: Mapping[str, Any]) -> bool:
+        """Whether the caller may read a stored run: one it asked (an admin: any key's), over
+        collections it may read. A run records the collections it searched (none recorded:
+        every collection, which only a key without a limit may read)."""
+        if not self.admin and meta.get("key") != self.name:
+            return False
+        if self.collections is None:
+            return True
+        searched = meta.get("collections")
+        return isinstance(searched, list) and all(self.may_read(c) for c in searched)
 
 
 def is_loopback(host: str | None) -> bool:

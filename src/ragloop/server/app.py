@@ -11,7 +11,6 @@ run's trace is stored either way.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -282,12 +281,8 @@ def _routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/v1/documents", response_model=IngestResponse, tags=["documents"])
     async def add_documents(body: DocumentsRequest, caller: CallerDep) -> IngestResponse:
-        """Add (or replace) documents given as text. Admin keys only."""
-        caller.require_admin()
-        report = await asyncio.to_thread(
-            lambda: service.kb.add_documents(body.documents, collection=body.collection)
-        )
-        service.documents_changed(body.collection, [d.source for d in body.documents])
+        """Add (or replace) documents given as text. Admin keys only, in their collections."""
+        report = await service.add_documents(caller, body.documents, body.collection)
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
     @app.post("/v1/documents/files", response_model=IngestResponse, tags=["documents"])
@@ -297,14 +292,13 @@ def _routes(app: FastAPI, service: Service) -> None:
         collection: Annotated[str, Form()] = "default",
     ) -> IngestResponse:
         """Upload files (txt, md, rst, html, json, jsonl, csv, pdf), read as `ragloop ingest`
-        reads them. Admin keys only. Each file is named by the relative path its part carries
-        (`a/notes.md`); a bad name or two parts of one name refuse the request (422) before
-        anything is ingested."""
-        caller.require_admin()
-        sources = upload_names([upload.filename for upload in files])  # refuse before reading
+        reads them. Admin keys only, in their collections. Each file is named by the relative
+        path its part carries (`a/notes.md`); a bad name or two parts of one name refuse the
+        request (422) before anything is ingested."""
+        caller.writable(collection)  # refused before the files are read
+        upload_names([upload.filename for upload in files])
         given = [(upload.filename or "", await upload.read()) for upload in files]
-        report = await asyncio.to_thread(lambda: service.kb.add_files(given, collection=collection))
-        service.documents_changed(collection, sources)
+        report = await service.add_files(caller, given, collection)
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
     @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
@@ -313,13 +307,9 @@ def _routes(app: FastAPI, service: Service) -> None:
         source: Annotated[str, Query(min_length=1)],
         collection: Annotated[str | None, Query()] = None,
     ) -> DeleteResponse:
-        """Delete a document by its source (every collection unless one is named). Admin keys
-        only."""
-        caller.require_admin()
-        removed = await asyncio.to_thread(lambda: service.kb.delete(source, collection=collection))
-        if removed:
-            service.documents_changed(collection, [source])
-        return DeleteResponse(removed=removed)
+        """Delete a document by its source (from every collection the key may change unless
+        one is named). Admin keys only, in their collections."""
+        return DeleteResponse(removed=await service.delete(caller, source, collection))
 
 
 # -- answers ------------------------------------------------------------------------------------

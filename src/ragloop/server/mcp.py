@@ -39,11 +39,13 @@ from concurrent.futures import Future
 from typing import Annotated, Any, Literal
 from urllib.parse import quote, unquote
 
+from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged, ResourceUpdated
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel, Field
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -239,17 +241,12 @@ def build_mcp(service: Service, notices: DocumentNotices | None = None) -> MCPSe
         version=_version(),
         log_level="WARNING",
         subscriptions=notices.bus,
+        middleware=[ListenScope(service)],
     )
     default_engine = service.settings.engine.default
 
     def caller(ctx: Context) -> Caller:
-        request = ctx.request_context.request
-        if request is None:  # stdio: the user who started the server
-            return service.access.local_caller()
-        headers = ctx.headers or {}
-        client = getattr(getattr(request, "client", None), "host", None)
-        key = key_of(headers.get("authorization"), headers.get("x-api-key"))
-        return service.access.caller(key, client)
+        return caller_of_request(service, ctx.request_context.request)
 
     def scope(who: Caller, collection: str | None) -> str | None:
         """``collection`` if the caller may read it and it exists (an unknown name is an
@@ -362,6 +359,52 @@ def build_mcp(service: Service, notices: DocumentNotices | None = None) -> MCPSe
         return found.model_dump_json()
 
     return server
+
+
+def caller_of_request(service: Service, request: Any) -> Caller:
+    """Who sent an MCP request: over stdio (no HTTP request) the user who started the server;
+    over HTTP the key its headers name, as the HTTP API reads it."""
+    if request is None:
+        return service.access.local_caller()
+    headers = getattr(request, "headers", None) or {}
+    client = getattr(getattr(request, "client", None), "host", None)
+    key = key_of(headers.get("authorization"), headers.get("x-api-key"))
+    return service.access.caller(key, client)
+
+
+class ListenScope:
+    """Refuses a ``subscriptions/listen`` for a document of a collection the caller may not
+    read, so nobody hears when another collection's documents change (an MCP server
+    middleware: it sees the request before the SDK's listen handler subscribes it)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        if ctx.method == "subscriptions/listen":
+            notifications = (ctx.params or {}).get("notifications")
+            uris = (
+                notifications.get("resourceSubscriptions")
+                if isinstance(notifications, dict)
+                else None
+            )
+            if isinstance(uris, list) and uris:
+                who = caller_of_request(self.service, ctx.request)
+                for uri in uris:
+                    collection = collection_of_uri(uri)
+                    if collection is not None and not who.may_read(collection):
+                        raise MCPError(
+                            INVALID_PARAMS,
+                            f"this key may not read collection {collection!r} ({uri})",
+                        )
+        return await call_next(ctx)
+
+
+def collection_of_uri(uri: object) -> str | None:
+    """The collection a document resource URI names (None: not a document URI)."""
+    if not isinstance(uri, str) or not uri.startswith(f"{DOCUMENTS}/"):
+        return None
+    return unquote(uri[len(DOCUMENTS) + 1 :].split("/", 1)[0])
 
 
 def _in(

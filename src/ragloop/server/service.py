@@ -30,7 +30,9 @@ from ragloop.core.errors import ConfigError, TraceNotFound
 from ragloop.core.files import traces_path_for
 from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
-from ragloop.kb.knowledge_base import KnowledgeBase, SearchMode
+from ragloop.kb.ingest.discover import IngestReport
+from ragloop.kb.ingest.sources import upload_names
+from ragloop.kb.knowledge_base import Document, KnowledgeBase, SearchMode
 from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.staleness import RUNS_SCANNED, StaleSource, stale_sources
@@ -100,6 +102,7 @@ class Service:
             self.traces,
             meta={"served": True, "model": settings.model.spec},
             content=settings.traces.content,
+            keep=0,  # runs are read back from the store; memory stays flat however many run
         )
         self.recorder.__enter__()
         self._engines: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
@@ -267,7 +270,8 @@ class Service:
         )
         slot = await self.access.enter(caller)
         try:
-            with trace_meta(**(meta or {}), key=caller.name, engine=kind):
+            searched = None if scope is None else list(scope)
+            with trace_meta(**(meta or {}), key=caller.name, engine=kind, collections=searched):
                 stream: RunStream[Any] = engine.astream(question, budget=self.budget(budget))
             # the budget stops the loop at the deadline with its best answer; this cuts off a
             # component that does not give the loop a chance to check
@@ -292,26 +296,27 @@ class Service:
         return found[0]
 
     def trace(self, caller: Caller, trace_id: str) -> TraceRecord:
-        """A stored run, if the caller asked it (an admin reads every run)."""
+        """A stored run, if the caller may read it (:meth:`Caller.may_read_run`)."""
         try:
             record = self.traces.get(trace_id)
         except TraceNotFound:
             raise AccessDenied(404, f"no trace {trace_id!r}") from None
-        if not caller.admin and record.meta.get("key") != caller.name:
+        if not caller.may_read_run(record.meta):
             raise AccessDenied(404, f"no trace {trace_id!r}")
         return record
 
     def runs(
         self, caller: Caller, *, limit: int, stale_only: bool = False
     ) -> list[tuple[TraceRecord, list[StaleSource]]]:
-        """The newest runs the caller asked (an admin: every run), each with the documents its
-        answer cites that changed since (``stale_only``: only the runs that have some), looked
-        for among the newest :data:`RUNS_SCANNED` of all keys."""
+        """The newest runs the caller may read (:meth:`Caller.may_read_run`), each with the
+        documents its answer cites that changed since (``stale_only``: only the runs that have
+        some), looked for among the newest :data:`RUNS_SCANNED` of all keys."""
         version_of = functools.cache(self.kb.document_version)
         found = []
-        scanned = limit if caller.admin and not stale_only else RUNS_SCANNED
+        reads_all = caller.admin and caller.collections is None
+        scanned = limit if reads_all and not stale_only else RUNS_SCANNED
         for record in self.traces.list(scanned):
-            if not caller.admin and record.meta.get("key") != caller.name:
+            if not caller.may_read_run(record.meta):
                 continue
             stale = stale_sources(record, version_of)
             if stale or not stale_only:
@@ -323,6 +328,46 @@ class Service:
     def stale(self, record: TraceRecord) -> list[StaleSource]:
         """The documents ``record``'s answer cites that changed since the run."""
         return stale_sources(record, self.kb.document_version)
+
+    # -- writes: admin keys, inside their collections ------------------------------------------
+    async def add_documents(
+        self, caller: Caller, documents: Sequence[Document], collection: str
+    ) -> IngestReport:
+        """Add (or replace) documents in ``collection``, which the caller must be allowed to
+        change."""
+        caller.writable(collection)
+        report = await asyncio.to_thread(
+            self.kb.add_documents, list(documents), collection=collection
+        )
+        self.documents_changed(collection, [d.source for d in documents])
+        return report
+
+    async def add_files(
+        self, caller: Caller, files: Sequence[tuple[str, bytes]], collection: str
+    ) -> IngestReport:
+        """Ingest uploaded files (name, bytes) into ``collection``, as :meth:`add_documents`."""
+        caller.writable(collection)
+        sources = upload_names([name for name, _ in files])  # refuse before reading
+        report = await asyncio.to_thread(self.kb.add_files, list(files), collection=collection)
+        self.documents_changed(collection, sources)
+        return report
+
+    async def delete(self, caller: Caller, source: str, collection: str | None) -> int:
+        """Delete a document by its source from ``collection`` (None: from every collection
+        the caller may change); how many were removed."""
+        within = caller.writable(collection)
+        if within is None:
+            removed = await asyncio.to_thread(self.kb.delete, source)
+            if removed:
+                self.documents_changed(None, [source])
+            return removed
+        removed = 0
+        for name in within:
+            here = await asyncio.to_thread(self.kb.delete, source, collection=name)
+            if here:
+                self.documents_changed(name, [source])
+            removed += here
+        return removed
 
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
         return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]
@@ -346,13 +391,22 @@ class Service:
 
 
 def check_failed(result: Any) -> None:
-    """Raise for a run that ended in error with nothing to give (an AgentLoop whose controller,
-    its model, failed returns such a result rather than raising): the model failed, a 502 (504
-    when it timed out), not a 200 with no answer."""
-    if result.stop_reason is not StopReason.ERROR:
+    """Raise for a run that ended with nothing to give: in error (an AgentLoop whose
+    controller, its model, failed returns such a result rather than raising) the model
+    failed, a 502 (504 when it timed out); at its wall-clock budget (the server's deadline,
+    or the request's own ``max_wall_ms``) before any answer, a 504. Never a 200 with no
+    answer that reads as "not found"."""
+    if result.stop_reason not in (StopReason.ERROR, StopReason.BUDGET_WALL_MS):
         return
     if getattr(result, "answer", None) or (not hasattr(result, "answer") and result.chunks):
         return  # an answer, or (/v1/retrieve) evidence, is still worth giving
+    if result.stop_reason is StopReason.BUDGET_WALL_MS:
+        raise Refusal(
+            504,
+            "the run reached its deadline before it had an answer (the server's deadline_s "
+            "or the request's budget.max_wall_ms); the model may be too slow",
+            code="timeout",
+        )
     message = f"the model failed: {result.error or 'the run ended in error'}"
     timed_out = "Timeout" in (result.error or "")
     if timed_out:

@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from ragloop.core.cache_writes import skip_failed_cache_write
 from ragloop.core.calls import call, has_method, is_async_callable, method, run_sync
 from ragloop.core.protocols import Embedder
 from ragloop.core.records import Chunk, Scope
@@ -62,7 +63,9 @@ class _StoreVectors:
         return dict(self.store.cached_vectors(self.model_id, list(keys)))
 
     def put(self, items: dict[str, Sequence[float]]) -> None:
-        self.store.cache_vectors(self.model_id, items)
+        skip_failed_cache_write(
+            "the word-vector cache", lambda: self.store.cache_vectors(self.model_id, items)
+        )
 
 
 K = TypeVar("K")
