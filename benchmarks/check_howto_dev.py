@@ -72,10 +72,18 @@ def main() -> int:
 
     pages = load_corpus(args.tarball)
     lower_pages = {k: v.lower() for k, v in pages.items()}
-    items = [json.loads(line) for line in args.dataset.read_text(encoding="utf-8").splitlines() if line.strip()]
+    items = [
+        json.loads(line)
+        for line in args.dataset.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
     dev_questions = set()
     if args.dev.exists():
-        dev_questions = {json.loads(l)["question"].casefold().strip() for l in args.dev.read_text().splitlines() if l.strip()}
+        dev_questions = {
+            json.loads(line)["question"].casefold().strip()
+            for line in args.dev.read_text().splitlines()
+            if line.strip()
+        }
 
     failures: list[str] = []
 

@@ -43,6 +43,45 @@ def test_ingest_prints_a_summary_with_skipped_files(kb_env):
     assert (report["added"], report["unchanged"]) == (0, 4)
 
 
+def test_a_skipped_file_is_one_line_with_its_reason_and_nothing_else(kb_env):
+    """Issue 58, item 11: no traceback for a JSON number too long to read, no pypdf notes on
+    stderr for PDFs it cannot read; each file one line of the report."""
+    tmp_path, docs, env = kb_env
+    (docs / "huge-number.json").write_text('{"n": ' + "9" * 100_000 + "}", encoding="utf-8")
+    (docs / "not-a.pdf").write_bytes(b"not a pdf at all")
+    (docs / "cut.pdf").write_bytes(b"%PDF-1.4\n1 0 obj<<>>endobj\n")
+    result = ragloop("ingest", "docs", "--embedder", "hash", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip() == ""
+    skipped = {
+        line.split("\t")[0]: line.split("\t")[1]
+        for line in result.stdout.splitlines()
+        if line.startswith("docs/") and "\t" in line
+    }
+    assert "4300 digits" in skipped["docs/huge-number.json"]
+    assert skipped["docs/not-a.pdf"].startswith("unreadable PDF")
+    assert skipped["docs/cut.pdf"].startswith("unreadable PDF")
+
+
+def test_two_identical_ingests_at_once_report_what_each_did(tmp_path):
+    """Issue 58, item 12: both read an empty knowledge base and write the same files; each
+    reports only the documents it added (the other's it finds already written)."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for n in range(300):
+        (docs / f"note-{n:03}.md").write_text(f"# Note {n}\n\nNote number {n} says hello.")
+    command = [sys.executable, "-m", "ragloop", "ingest", str(docs), "--json"]
+    env = {**os.environ, "RAGLOOP_KB": str(tmp_path / "kb.sqlite")}
+    runs = [
+        subprocess.Popen([*command, "--embedder", "hash"], stdout=subprocess.PIPE, env=env)
+        for _ in range(2)
+    ]
+    reports = [json.loads(run.communicate(timeout=120)[0]) for run in runs]
+    assert all(r["added"] + r["updated"] + r["unchanged"] == 300 for r in reports), reports
+    assert sum(r["added"] for r in reports) == 300, reports
+    assert all(r["updated"] == 0 for r in reports), reports
+
+
 def test_ingest_fails_when_a_path_does_not_exist(kb_env):
     tmp_path, docs, env = kb_env
     result = ragloop("ingest", str(docs), str(tmp_path / "missing"), env=env)

@@ -194,3 +194,37 @@ def test_the_docker_compose_config_is_valid():
     compose = (docs / "docker-compose.yml").read_text(encoding="utf-8")
     assert "RAGLOOP_CONFIG: /src/docs/ragloop.docker.toml" in compose
     assert "ragloop serve --host 0.0.0.0" in compose
+
+
+CREDENTIALS = [
+    ("https://bucket.s3.example/kb.sqlite?X-Amz-Signature=", "f1e2d3c4b5a6f7e8"),
+    ("https://gitlab.example/api/v4/models?private_token=", "glpat-abcdefgh1234"),
+    ("https://models.example/v1?auth=", "a1b2c3d4e5f6g7h8"),
+    ("https://models.example/v1?jwt=", "header.payload.signature"),
+    ("https://models.example/v1?bearer=", "opaque-token-value-1"),
+    ("https://models.example/v1?pass=", "correct-horse-battery"),
+    ("https://models.example/v1?session=", "sess-0123456789abcdef"),
+    ("https://models.example/callback#access_token=", "ya29.a0AfH6SMBx"),
+]
+
+
+@pytest.mark.parametrize(("url", "secret"), CREDENTIALS)
+def test_every_kind_of_url_credential_is_masked_in_config_and_logs(url, secret):
+    """Issue 58, item 10: the parameters a cloud or an OAuth redirect carries a credential in."""
+    from ragloop.config import mask_url
+    from ragloop.core.redaction import redact
+
+    text = f"model at {url}{secret}&page=2 failed"
+    for masked in (mask_url(text), redact(text)):
+        assert secret not in masked
+        assert "page=2" in masked  # the rest of the URL kept
+
+
+def test_config_show_masks_a_signed_url(tmp_path):
+    path = tmp_path / "ragloop.toml"
+    signed = "https://bucket.s3.example/v1?X-Amz-Credential=AKIAEXAMPLE&X-Amz-Signature=f1e2d3c4"
+    path.write_text(f'[model]\nspec = "openai-compatible:{signed}#m"\n', encoding="utf-8")
+    shown = ragloop("config", "show", "--config", str(path))
+    assert shown.returncode == 0, shown.stderr
+    assert "f1e2d3c4" not in shown.stdout
+    assert "AKIAEXAMPLE" not in shown.stdout

@@ -41,6 +41,7 @@ from pydantic import (
 from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError
 from ragloop.core.files import is_postgres_dsn, traces_path_for
+from ragloop.core.redaction import is_secret_parameter
 
 CONFIG_ENV = "RAGLOOP_CONFIG"
 CONFIG_FILE = "ragloop.toml"
@@ -184,8 +185,8 @@ class ServerSettings(_Section):
     to another address). ``max_body_bytes`` and ``max_question_chars`` cap a request,
     ``deadline_s`` its time (the run gets it as its wall-clock budget, then is cancelled),
     ``max_concurrency_per_key`` the requests one key runs at once (more are refused with 429),
-    ``header_timeout_s`` how long a connection may take to send a request's headers (slower
-    ones, slowloris, are closed).
+    ``header_timeout_s`` how long a connection may take to send a request's headers and
+    ``body_timeout_s`` its body after them (slower ones, slowloris, are closed).
     ``traces`` is where runs are stored: a SQLite file or a ``postgresql://`` URL (default:
     beside a SQLite knowledge base, and in the database of a PostgreSQL one, where every
     server of a fleet reads them). ``workers`` is how many processes ``ragloop serve`` runs
@@ -199,6 +200,7 @@ class ServerSettings(_Section):
     deadline_s: float = Field(default=120.0, gt=0)
     max_concurrency_per_key: int = Field(default=16, ge=1)
     header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    body_timeout_s: float = Field(default=60.0, gt=0, le=3600)
     traces: str | None = None
     workers: int = Field(default=1, ge=1, le=64)
     cors_origins: list[str] = Field(default_factory=list)
@@ -253,36 +255,15 @@ class Settings(_Section):
 
 
 MASK = "****"
-# query parameters that carry a credential, compared lower-cased with '-' and '_' removed
-_SECRET_PARAMS = frozenset(
-    {
-        "apikey",
-        "key",
-        "token",
-        "accesstoken",
-        "authtoken",
-        "apitoken",
-        "idtoken",
-        "refreshtoken",
-        "password",
-        "passwd",
-        "pwd",
-        "secret",
-        "clientsecret",
-        "sig",
-        "signature",
-        "xapikey",
-        "xgoogapikey",
-    }
-)
 _URL = re.compile(r"(?i)\b[a-z][a-z0-9+.\-]*://[^\s\"'<>]+")
 
 
 def mask_url(text: str) -> str:
     """``text`` with the credentials of each URL in it replaced by ``****``: the password of
     its user information (a lone user name too, as it is often a token) and the value of
-    every query parameter named like a credential (``api_key``, ``key``, ``token``, ``sig``,
-    ... in any case)."""
+    every query and fragment parameter named like a credential
+    (:func:`~ragloop.core.redaction.is_secret_parameter`: ``api_key``, ``token``,
+    ``X-Amz-Signature``, ``private_token``, ``#access_token=``, ... in any case)."""
     return _URL.sub(lambda found: _mask_one_url(found.group()), text)
 
 
@@ -296,18 +277,22 @@ def _mask_one_url(url: str) -> str:
         userinfo, host = netloc.rsplit("@", 1)
         user, has_password, _ = userinfo.partition(":")
         netloc = f"{user}:{MASK}@{host}" if has_password else f"{MASK}@{host}"
-    query = (
-        "&".join(_mask_parameter(pair) for pair in parts.query.split("&")) if parts.query else ""
-    )
-    if (netloc, query) == (parts.netloc, parts.query):
+    query, fragment = _mask_parameters(parts.query), _mask_parameters(parts.fragment)
+    if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
         return url  # nothing to mask: the URL as written
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
+    return urlunsplit(parts._replace(netloc=netloc, query=query, fragment=fragment))
+
+
+def _mask_parameters(pairs: str) -> str:
+    """``a=1&token=x`` with each credential's value masked (``#access_token=`` fragments of
+    OAuth redirects too)."""
+    return "&".join(_mask_parameter(pair) for pair in pairs.split("&")) if pairs else ""
 
 
 def _mask_parameter(pair: str) -> str:
     name, has_value, _ = pair.partition("=")
-    normalised = unquote_plus(name).lower().replace("-", "").replace("_", "")
-    return f"{name}={MASK}" if has_value and normalised in _SECRET_PARAMS else pair
+    secret = has_value and is_secret_parameter(unquote_plus(name))
+    return f"{name}={MASK}" if secret else pair
 
 
 def _mask_urls(value: Any) -> Any:

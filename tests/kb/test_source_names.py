@@ -90,3 +90,23 @@ def test_a_file_gone_is_replaced_and_a_text_document_is_not(tmp_path, pydocs):
         report = kb.ingest(pydocs / "faq")
         assert (report.added, report.updated) == (0, 1)
         assert kb.store.sources("default") == ["faq/index.html", "index.html"]
+
+
+def test_a_text_or_upload_never_replaces_a_files_document(tmp_path, pydocs):
+    """Issue 58, item 9: an upload named as a watched (or ingested) file's document is skipped
+    with the reason, so the file's document stays and no second copy appears later; once the
+    file is gone, its source is free."""
+    with kb_at(tmp_path) as kb:
+        kb.ingest(pydocs / "faq")
+        uploaded = kb.add_files([("index.html", b"<p>Uploaded over it.</p>")])
+        typed = kb.add_documents([Document(text="Typed over it.", source="index.html")])
+        for report in (uploaded, typed):
+            assert (report.added, report.updated) == (0, 0)
+            ((source, reason),) = report.skipped
+            assert source == "index.html"
+            assert str(pydocs / "faq" / "index.html") in reason
+        assert kb.search("faq index page", mode="bm25")[0].content == "The faq index page."
+        assert kb.ingest(pydocs / "faq").unchanged == 1  # and no second copy beside it
+        assert kb.store.sources("default") == ["index.html"]
+        (pydocs / "faq" / "index.html").unlink()
+        assert kb.add_files([("index.html", b"<p>Uploaded now.</p>")]).updated == 1

@@ -89,10 +89,11 @@ def test_a_trace_written_before_versions_were_kept_is_never_stale_and_still_read
 
 
 def test_the_html_trace_marks_a_stale_run(tmp_path):
-    kb, _docs = shop(tmp_path)
+    kb, docs = shop(tmp_path)
     (record,) = asked(kb, None, "How long does the kettle take to boil water?")
     assert "Stale" not in render_html(record, stale_sources(record, kb.document_version))
-    kb.add_documents([{"source": "kettle.md", "text": "The kettle boils water in a minute."}])
+    (docs / "kettle.md").write_text("# Kettle\n\nThe kettle boils water in a minute.\n")
+    kb.ingest(docs)
     page = render_html(record, stale_sources(record, kb.document_version))
     assert "<h2>Stale</h2>" in page
     assert "kettle.md" in page

@@ -151,3 +151,33 @@ def test_a_request_picks_its_collection_within_the_keys(server):
             model="ragloop-rag", messages=question, extra_body={"collection": "secret"}
         )
     assert "may not read collection 'secret'" in refused.value.message
+
+
+def test_a_short_follow_up_after_a_long_message_stays_within_the_limit(server):
+    """The rewrite carries the subject of a long earlier message over, not the whole of it
+    (issue 58, item 14): the follow-up is a question the server takes."""
+    url, _ = server
+    long_phrase = "sturdy green waterproof lightweight family " * 85 + "tent"
+    first = f"Tell me everything about the {long_phrase}."
+    assert 3500 < len(first) <= 4000  # the server takes it (max_question_chars 4000)
+    messages = [
+        {"role": "user", "content": first},
+        {"role": "assistant", "content": "It is a tent."},
+        {"role": "user", "content": "And what does it cost?"},
+    ]
+    with client(url) as chat:
+        completion = chat.chat.completions.create(model="ragloop-rag", messages=messages)
+    run = completion.model_extra["ragloop"]
+    assert len(run["question"]) < 200
+    assert run["question"].endswith("family tent cost?")
+
+
+def test_a_rewrite_over_the_limit_is_the_users_own_words():
+    import asyncio
+
+    from ragloop.server.conversation import Turn, standalone
+
+    turns = [Turn("user", "Tell me about the Skylark 2."), Turn("user", "And its weight?")]
+    short = asyncio.run(standalone(turns, None, max_chars=20))
+    assert short.question == "And its weight?"
+    assert asyncio.run(standalone(turns, None)).question == "The Skylark 2's weight?"

@@ -201,6 +201,12 @@ def test_serve_watch_keeps_the_served_collection_in_step_with_a_folder(tmp_path)
         return [c["source"] for c in chunks]
 
     with ragloop_serve("--kb", str(kb), "--watch", str(docs), config=config) as url:
+        # an upload named as the watched file's document is skipped, not put in its place
+        upload = {"files": ("kettle.md", b"# Kettle\n\nUploaded: it boils in a minute.\n")}
+        uploaded = httpx.post(f"{url}/v1/documents/files", files=upload, timeout=60).json()
+        assert (uploaded["added"], uploaded["updated"]) == (0, 0)
+        assert "the document of the file" in uploaded["skipped"][0][1]
+        assert found("kettle boils") == ["kettle.md"]
         (docs / "toaster.md").write_text("# Toaster\n\nThe toaster has six browning levels.\n")
         deadline = time.monotonic() + 30
         while "toaster.md" not in found("toaster browning"):

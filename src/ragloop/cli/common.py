@@ -42,14 +42,20 @@ class _WarningLine(logging.Handler):
 @contextlib.contextmanager
 def warnings_shown() -> Iterator[None]:
     """Show what the library warns of (a cache or trace it could not write) while a command
-    runs, one line each: a library logs to ``ragloop`` and shows nothing by itself."""
+    runs, one line each: a library logs to ``ragloop`` and shows nothing by itself. pypdf's
+    own notes on the PDFs it reads ("EOF marker not found") are not shown: a PDF it cannot
+    read is a skipped file, with its reason, in the command's report."""
     handler = _WarningLine(logging.WARNING)
     logger = logging.getLogger("ragloop")
+    pdf = logging.getLogger("pypdf")
+    level = pdf.level
     logger.addHandler(handler)
+    pdf.setLevel(logging.CRITICAL)
     try:
         yield
     finally:
         logger.removeHandler(handler)
+        pdf.setLevel(level)
 
 
 def default_kb_location() -> str:

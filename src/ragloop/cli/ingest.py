@@ -19,6 +19,7 @@ from ragloop.cli.common import (
     open_kb,
     print_json,
     shown_path,
+    warnings_shown,
 )
 from ragloop.cli.tables import Column, cell, print_table
 from ragloop.core.errors import RagloopError
@@ -106,6 +107,7 @@ def progress_display(quiet: bool) -> Iterator[Callable[[IngestProgress], None]]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@warnings_shown()
 def ingest(
     paths: tuple[Path, ...],
     kb_location: str | None,

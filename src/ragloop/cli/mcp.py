@@ -69,7 +69,7 @@ def mcp_command(
             from ragloop.server.mcp import mcp_http_app
 
             errors.print(f"ragloop MCP on {shown_url(sock, '/mcp')} (Ctrl-C stops)")
-            run_server(mcp_http_app(service), sock, header_timeout_s=server.header_timeout_s)
+            run_server(mcp_http_app(service), sock, server)
     finally:
         service.close()
         kb.close()

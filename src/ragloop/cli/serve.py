@@ -26,12 +26,12 @@ import click
 from ragloop.cli import config_option
 from ragloop.cli.common import default_kb_location, errors, kb_option, open_kb, settings
 from ragloop.cli.ingest import batch_line
-from ragloop.core.errors import RagloopError
+from ragloop.core.errors import ConfigError, RagloopError
 from ragloop.core.files import is_postgres_dsn
 from ragloop.kb.knowledge_base import KnowledgeBase
 
 if TYPE_CHECKING:
-    from ragloop.config import Settings
+    from ragloop.config import ServerSettings, Settings
 
 DEMO_HELP = "Serve the demo knowledge base (built on first use) instead of --kb."
 
@@ -117,7 +117,7 @@ def run_workers(sock: socket.socket, workers: int) -> None:
         factory=True,
         workers=workers,
         log_level="warning",
-        http="ragloop.server.protocol:HeaderTimeoutProtocol",
+        http="ragloop.server.protocol:TimeoutProtocol",
     )
     try:
         if "target" in inspect.signature(Multiprocess).parameters:  # an older uvicorn
@@ -138,12 +138,13 @@ def worker_app() -> Any:
 
     from ragloop.config import load_settings
     from ragloop.server.app import create_app
-    from ragloop.server.protocol import HeaderTimeoutProtocol
+    from ragloop.server.protocol import TimeoutProtocol
     from ragloop.server.service import Service
 
     try:
         configured = load_settings()
-        HeaderTimeoutProtocol.header_timeout_s = configured.server.header_timeout_s
+        TimeoutProtocol.header_timeout_s = configured.server.header_timeout_s
+        TimeoutProtocol.body_timeout_s = configured.server.body_timeout_s
         kb = served_kb(
             None, demo=False, location=configured.kb.location, embedder=configured.kb.embedder
         )
@@ -173,13 +174,15 @@ def hand_down(settings: Settings, location: str) -> None:
     os.environ["RAGLOOP_SERVER__WORKERS"] = str(server.workers)
 
 
-def run_server(app: Any, sock: socket.socket, *, header_timeout_s: float) -> None:
-    """uvicorn serving ``app`` on the bound socket, with ragloop's protocol options."""
+def run_server(app: Any, sock: socket.socket, server: ServerSettings) -> None:
+    """uvicorn serving ``app`` on the bound socket, with ragloop's protocol options (the
+    ``[server]`` header and body timeouts)."""
     import uvicorn
 
     from ragloop.server.protocol import uvicorn_options
 
-    config = uvicorn.Config(app, log_level="warning", **uvicorn_options(header_timeout_s))
+    options = uvicorn_options(server.header_timeout_s, server.body_timeout_s)
+    config = uvicorn.Config(app, log_level="warning", **options)
     try:
         uvicorn.Server(config).run(sockets=[sock])
     finally:
@@ -244,6 +247,7 @@ def serve(
     ([server], [kb], [engine], [model], [budget]); without API keys only this machine is served.
     """
     need_server_extra()
+    from ragloop.server.access import check_cors
     from ragloop.server.app import create_app
     from ragloop.server.service import Service
 
@@ -256,6 +260,10 @@ def serve(
             "workers": configured.server.workers if workers is None else workers,
         }
     )
+    try:
+        check_cors(server)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from None
     configured = configured.model_copy(update={"server": server})
     if target_precision is not None:
         engine = configured.engine.model_copy(update={"target_precision": target_precision})
@@ -307,7 +315,7 @@ def serve(
     )
     errors.print(f"ragloop serving on {shown_url(sock)} (Ctrl-C stops)")
     try:
-        run_server(create_app(service), sock, header_timeout_s=server.header_timeout_s)
+        run_server(create_app(service), sock, server)
     finally:
         if stop_watching is not None:
             stop_watching()

@@ -4,7 +4,8 @@
 
 - the user information of a URL (``https://user:KEY@host`` -> ``https://user:***@host``, a lone
   token as user name too);
-- the value of query parameters named like credentials (``?key=``, ``api_key``, ``token``, ...);
+- the value of query and fragment parameters named like credentials (``?key=``, ``api_key``,
+  ``X-Amz-Signature``, ``private_token``, ``#access_token=``: :func:`is_secret_parameter`);
 - header-style credentials (``Authorization: Bearer ...``, ``"x-api-key": "..."``);
 - the shapes of common provider keys (``sk-...``, ``sk-ant-...``, ``AIza...``, ``ghp_...``,
   ``hf_...``, JSON web tokens, ...);
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -31,12 +33,42 @@ _SECRET_NAMES = (
     r"api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|key|secret|password|passwd"
     r"|client[_-]?secret|sig|signature|x-api-key|x-goog-api-key|api-token"
 )
-_PATTERNS = [
+# a URL parameter holds a credential when its name, lower-cased without "-" and "_", is one of
+# these or ends with one of the suffixes (X-Amz-Signature, private_token, client_secret, ...)
+SECRET_PARAMETERS = frozenset(
+    {"key", "sig", "auth", "jwt", "bearer", "pass", "pwd", "session", "code", "credential"}
+)
+SECRET_PARAMETER_SUFFIXES = (
+    "apikey",
+    "token",
+    "secret",
+    "signature",
+    "password",
+    "passwd",
+    "credential",
+    "sessionid",
+    "auth",
+    "jwt",
+)
+
+
+def is_secret_parameter(name: str) -> bool:
+    """Whether a URL query or fragment parameter of this name carries a credential."""
+    normalised = name.lower().replace("-", "").replace("_", "").replace("%2d", "")
+    return normalised in SECRET_PARAMETERS or normalised.endswith(SECRET_PARAMETER_SUFFIXES)
+
+
+def _masked_parameter(found: re.Match[str]) -> str:
+    separator, name, value = found.group(1), found.group(2), found.group(3)
+    return f"{separator}{name}={MASK if is_secret_parameter(name) else value}"
+
+
+_PATTERNS: list[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]] = [
     # URL user information: keep the user name when a password follows it
     (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/@:]+):([^\s/@]+)@"), rf"\1\2:{MASK}@"),
     (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([^\s/@:]+)@"), rf"\1{MASK}@"),
-    # query parameters named like credentials
-    (re.compile(rf"(?i)([?&](?:{_SECRET_NAMES})=)[^&#\s\"'<>]+"), rf"\1{MASK}"),
+    # query (and fragment: #access_token=...) parameters named like credentials
+    (re.compile(r"([?&#;])([\w.%-]+)=([^&#;\s\"'<>]+)"), _masked_parameter),
     # Authorization headers and their values
     (re.compile(r"(?i)\b(bearer|basic|token)(\s+)[A-Za-z0-9._~+/=\-]{8,}"), rf"\1\2{MASK}"),
     (

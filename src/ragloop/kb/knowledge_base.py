@@ -292,8 +292,9 @@ class KnowledgeBase(Searching):
     ) -> IngestReport:
         """Ingest documents given as text (same chunking, hashing and embedding as files):
         :class:`Document` records or mappings with their fields (``{"source": ..., "text":
-        ...}``). ``documents`` may be a generator: they are read one at a time, never held
-        together (progress then counts them without a total)."""
+        ...}``). One whose source is the document of a file that still exists is skipped with
+        the reason, as :meth:`add_files` does. ``documents`` may be a generator: they are read
+        one at a time, never held together (progress then counts them without a total)."""
         report = IngestReport()
         if isinstance(documents, list | tuple):  # all checked before any is stored
             documents = [Document.model_validate(given) for given in documents]
@@ -328,8 +329,10 @@ class KnowledgeBase(Searching):
     ) -> IngestReport:
         """Ingest files given as ``(name, bytes)`` (uploads), read as files of those names
         are. The name, a relative path (``a/notes.md``), is the source; a file of a stored
-        source replaces it. A bad name (empty, absolute, ``..``, NUL, a part over 255 bytes) or
-        two files of one name: :class:`ConfigError` naming it, before anything is ingested."""
+        source replaces it, unless that is the document of a file that still exists (an ingest
+        or a watch keeps it in step): such a file is skipped with the reason. A bad name
+        (empty, absolute, ``..``, NUL, a part over 255 bytes) or two files of one name:
+        :class:`ConfigError` naming it, before anything is ingested."""
         given = list(files)
         sources = upload_names([name for name, _ in given])
         items = [

@@ -12,7 +12,7 @@ own origin only), since a browser on this machine is on loopback too.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -20,10 +20,11 @@ from urllib.parse import urlsplit
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.config import KeySettings, ServerSettings, hash_key
+from ragloop.core.errors import ConfigError
 from ragloop.server.slots import ProcessSlots, Slot, Slots
 
 
@@ -112,6 +113,18 @@ def is_loopback(host: str | None) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_cors(settings: ServerSettings) -> None:
+    """Refuse to serve a keyless server to every web page: ``cors_origins = ["*"]`` without
+    keys would let any site a user of this machine visits read its documents (the browser is
+    on loopback too)."""
+    if "*" in settings.cors_origins and not settings.keys:
+        raise ConfigError(
+            "server.cors_origins",
+            '["*"] lets any web page read this server, which has no API keys; add a key '
+            "(ragloop config new-key NAME) or name the origins that may call it",
+        )
 
 
 class AccessControl:
@@ -211,6 +224,40 @@ def caller_of(
 
 
 CallerDep = Annotated[Caller, Depends(caller_of)]
+
+
+class KeyGate:
+    """ASGI middleware for a server with keys: a request to the API (``/v1/...``) with no key
+    or an unknown one is answered 401 before its body is read, so a client that sends none
+    (or sends it slowly, or waits for ``100 Continue``) costs the server nothing. The route
+    still reads its caller (the key's collections and rights) as before; ``refuse`` makes the
+    response, in the route's error format."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        access: AccessControl,
+        refuse: Callable[[Request, AccessDenied], Response],
+    ) -> None:
+        self.app = app
+        self.access = access
+        self.refuse = refuse
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and not self.access.local_only
+            and str(scope.get("path", "")).startswith("/v1/")
+        ):
+            headers = Headers(scope=scope)
+            key = key_of(headers.get("authorization"), headers.get("x-api-key"))
+            client = scope.get("client")
+            try:
+                self.access.caller(key, client[0] if client else None)
+            except AccessDenied as denied:
+                await self.refuse(Request(scope), denied)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 # -- keyless: this machine and this origin only -------------------------------------------------

@@ -35,7 +35,7 @@ from ragloop.kb.ingest.sources import upload_names
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.server import errors, openai_compat
-from ragloop.server.access import CallerDep, LocalGuard
+from ragloop.server.access import CallerDep, KeyGate, LocalGuard, check_cors
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import (
     AskRequest,
@@ -67,6 +67,7 @@ def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = Non
     """The app over ``service`` (the caller keeps and closes the service, or gives
     ``on_shutdown``, called when the server stops: a worker process's app)."""
     settings = service.settings.server
+    check_cors(settings)
     mcp_app = None
     if settings.mcp:
         from ragloop.server.mcp import mcp_http_app
@@ -102,6 +103,8 @@ def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = Non
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "X-API-Key", "Content-Type"],
         )
+    # with keys, a request without a valid one is refused before its body is read
+    app.add_middleware(KeyGate, access=service.access, refuse=errors.refusal)
     # added last, so it runs first: without keys, other sites' pages are refused before anything
     app.add_middleware(LocalGuard, access=service.access)
 

@@ -25,6 +25,7 @@ from ragloop.core.records import Usage
 from ragloop.core.text import content_terms, entity_phrases, is_content_word
 
 HISTORY_TURNS = 6  # the messages before the follow-up the model reads
+SUBJECT_WORDS = 6  # a subject is a short noun phrase: its head and a few words before it
 PRONOUNS = {"it": "", "its": "'s", "they": "", "them": "", "their": "'s"}
 ELLIPSIS = re.compile(
     r"^\s*(?:and|so|also|then)?\s*(?:what|how)\s+about\s+|^\s*(?:and|also)\s+", re.I
@@ -75,8 +76,20 @@ Reply with JSON only, no markdown:
 {{"question": "..."}}"""
 
 
-async def standalone(turns: Sequence[Turn], model: Any | None) -> Rewrite:
-    """The last user turn as a standalone question, read with the turns before it."""
+async def standalone(
+    turns: Sequence[Turn], model: Any | None, *, max_chars: int | None = None
+) -> Rewrite:
+    """The last user turn as a standalone question, read with the turns before it; a rewrite
+    longer than ``max_chars`` (a question the server would refuse, made long by what it
+    carried over) is dropped for the user's own words."""
+    rewrite = await _standalone(turns, model)
+    if max_chars is not None and len(rewrite.question) > max_chars:
+        followup = next(t.text for t in reversed(turns) if t.role == "user")
+        return Rewrite(followup, usage=rewrite.usage)
+    return rewrite
+
+
+async def _standalone(turns: Sequence[Turn], model: Any | None) -> Rewrite:
     users = [i for i, t in enumerate(turns) if t.role == "user"]
     if not users:
         raise ValueError("no user message")
@@ -135,6 +148,9 @@ def subject(question: str) -> str | None:
             run = [word.lower()] if word.lower() in DETERMINERS else []
     if not _size(best):
         return None
+    if _size(best) > SUBJECT_WORDS:  # keep the head of a long phrase, not the whole of it
+        lead = best[:1] if best[0] in DETERMINERS else []
+        best = [*lead, *best[-SUBJECT_WORDS:]]
     if best[0] in ("a", "an"):
         best = ["the", *best[1:]]  # "a tent" asked about, "the tent" meant after
     return " ".join(best)

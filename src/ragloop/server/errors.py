@@ -168,6 +168,13 @@ def respond(request: Request, problem: Problem, *, param: str | None = None) -> 
     return JSONResponse(body, status_code=problem.status, headers=problem.headers or None)
 
 
+def refusal(request: Request, denied: AccessDenied) -> JSONResponse:
+    """The response to a refused request, in its route's format (OpenAI's on its routes)."""
+    problem = problem_of(denied)
+    assert problem is not None  # every AccessDenied is one
+    return respond(request, problem)
+
+
 def install(app: FastAPI) -> None:
     """Answer every error the map knows with its status, in the route's format. Call it after
     the app's own handlers: a refused request's ``headers`` (``WWW-Authenticate``,

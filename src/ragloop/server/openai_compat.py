@@ -120,7 +120,8 @@ def add_routes(app: FastAPI, service: Service) -> None:
         slot = await service.access.enter(caller)  # the rewrite's model call holds one too
         try:
             async with asyncio.timeout(service.settings.server.deadline_s):  # a 504 past it
-                rewrite = await standalone(turns, service.model)
+                limit = service.settings.server.max_question_chars
+                rewrite = await standalone(turns, service.model, max_chars=limit)
         finally:
             service.access.leave(slot)
         meta = rewrite_meta(rewrite, content=service.settings.traces.content)

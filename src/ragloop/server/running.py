@@ -14,7 +14,11 @@ import uvicorn
 
 from ragloop.config import Settings
 from ragloop.kb.knowledge_base import KnowledgeBase
-from ragloop.server.protocol import DEFAULT_HEADER_TIMEOUT_S, uvicorn_options
+from ragloop.server.protocol import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_HEADER_TIMEOUT_S,
+    uvicorn_options,
+)
 
 
 class BackgroundServer:
@@ -22,13 +26,21 @@ class BackgroundServer:
     ``url`` is where it listens. A context manager: leaving it stops the server."""
 
     def __init__(
-        self, app: Any, *, port: int = 0, header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S
+        self,
+        app: Any,
+        *,
+        port: int = 0,
+        header_timeout_s: float = DEFAULT_HEADER_TIMEOUT_S,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
     ) -> None:
         self.socket = socket.socket()
         self.socket.bind(("127.0.0.1", port))
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
         config = uvicorn.Config(
-            app, log_level="warning", lifespan="on", **uvicorn_options(header_timeout_s)
+            app,
+            log_level="warning",
+            lifespan="on",
+            **uvicorn_options(header_timeout_s, body_timeout_s),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(
@@ -60,9 +72,13 @@ def background_server(kb: KnowledgeBase, settings: Settings | None = None) -> It
     from ragloop.server.service import Service
 
     service = Service(kb, settings if settings is not None else load_settings())
-    timeout = service.settings.server.header_timeout_s
+    server = service.settings.server
     try:
-        with BackgroundServer(create_app(service), header_timeout_s=timeout) as running:
+        with BackgroundServer(
+            create_app(service),
+            header_timeout_s=server.header_timeout_s,
+            body_timeout_s=server.body_timeout_s,
+        ) as running:
             yield running.url
     finally:
         service.close()

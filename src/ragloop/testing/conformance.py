@@ -26,6 +26,7 @@ from ragloop.core.protocols import Embedder
 from ragloop.kb.embedding.hash_embedder import HashEmbedder
 from ragloop.kb.index.fusion import reciprocal_rank_fusion
 from ragloop.kb.knowledge_base import Document, KnowledgeBase
+from ragloop.kb.stores.base import BatchWrites, ChunkRecord, DocumentRecord
 
 CORPUS = {
     "returns.md": (
@@ -178,6 +179,27 @@ class KnowledgeBaseConformance:
         assert report.skipped == [("blank", "empty document")]
         hit = kb.search("Black Sea", collection="rivers", mode="bm25")[0]
         assert (hit.source, hit.metadata["title"]) == ("danube", "Danube")
+        kb.close()
+
+    def test_a_batch_write_says_what_each_document_replaced(self, tmp_path: Path) -> None:
+        """What a store had when it wrote, so two ingests of the same files at once do not
+        both report every document added (each knows which one wrote it)."""
+        kb = self.make_kb(tmp_path, None)
+        store = kb.store
+        if not isinstance(store, BatchWrites):
+            kb.close()
+            pytest.skip("the store writes a transaction per document (no BatchWrites)")
+
+        def batch(content_hash: str) -> list[tuple[DocumentRecord, list[ChunkRecord]]]:
+            doc = DocumentRecord("notes", "a.md", "A", content_hash)
+            text = f"Version {content_hash} of the notes."
+            chunk = ChunkRecord(f"a-{content_hash}", 0, text, ["A"], text, content_hash)
+            return [(doc, [chunk])]
+
+        assert store.replace_documents(batch("h1"), []) == {("notes", "a.md"): None}
+        assert store.replace_documents(batch("h1"), []) == {("notes", "a.md"): "h1"}
+        assert store.replace_documents(batch("h2"), []) == {("notes", "a.md"): "h1"}
+        assert [d.content_hash for d in store.documents("notes")] == ["h2"]
         kb.close()
 
     # -- search -----------------------------------------------------------------------------------

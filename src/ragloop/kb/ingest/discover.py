@@ -390,7 +390,8 @@ def parse_file(data: bytes, path: Path, *, encodings: Sequence[str]) -> LoadedFi
     except RecursionError:
         raise SkipFile("too deeply nested to parse") from None
     except Exception as error:  # a parser failing in a way nobody foresaw skips this file only
-        logger.warning("could not parse %s", printable(path), exc_info=True)
+        # the reason is the skip's, in the report; the traceback only for who asks for it
+        logger.debug("could not parse %s", printable(path), exc_info=True)
         raise SkipFile(f"could not parse: {type(error).__name__}: {error}") from None
     if not any(block.text.strip() for block in document.blocks):
         raise SkipFile("no text found")

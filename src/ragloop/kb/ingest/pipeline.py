@@ -26,10 +26,12 @@ from ragloop.kb.ingest.discover import (
     IngestProgress,
     IngestReport,
     SkipFile,
+    file_of,
     storable,
 )
 from ragloop.kb.ingest.items import Item
 from ragloop.kb.ingest.links import NameIndex, canonical, reverse_links
+from ragloop.kb.ingest.sources import file_exists
 from ragloop.kb.ingest.workers import (
     Failed,
     Outcome,
@@ -148,6 +150,8 @@ def store_text(
             try:
                 if storable(item.source) != item.source:
                     raise SkipFile("the name is not valid UTF-8")
+                if stored is not None and item.fingerprint is None:
+                    check_not_a_files(stored)
                 doc_hash = f"{item.read()}:{signature}"
             except SkipFile as reason:
                 report.skipped.append((item.shown, str(reason)))
@@ -174,6 +178,17 @@ def store_text(
     if refreshed and isinstance(store, MetadataUpdates):
         store.update_document_metadata(collection, refreshed)
     progress.update(files_done=max(progress.state.files_total, count), source="")
+
+
+def check_not_a_files(stored: DocumentRecord) -> None:
+    """A document given as text or uploaded never replaces the document of a file that still
+    exists (a folder ingested or watched keeps it in step, and would store the file again
+    beside it): the rule an ingest follows the other way round (:mod:`.sources`)."""
+    if stored.metadata.get("root") and file_exists(file_of(stored)):
+        raise SkipFile(
+            f"the source is the document of the file {file_of(stored)}; give this one "
+            "another name (a folder in the name keeps them apart: uploads/notes.md)"
+        )
 
 
 def _settle(
@@ -259,14 +274,24 @@ def _write(
     documents = [(p.doc, p.chunks) for p in pending]
     links = _batch_links(store, pending, names) if names is not None else []
     if isinstance(store, BatchWrites):
-        store.replace_documents(documents, links)
+        # what was stored when this process wrote: another ingest of the same files may have
+        # written them since this one read the knowledge base
+        previous = store.replace_documents(documents, links)
     else:  # a store written before replace_documents: a transaction per document
         for doc, chunks in documents:
             store.replace_document(doc, chunks)
         store.add_links(links)
+        previous = {}
     for prepared in pending:
+        replaced = prepared.replaced
+        key = (prepared.doc.collection, prepared.doc.source)
+        if key in previous:
+            if previous[key] == prepared.doc.content_hash:
+                report.unchanged += 1  # written already, the same: this process changed nothing
+                continue
+            replaced = replaced or previous[key] is not None
         report.chunks_added += len(prepared.chunks)
-        if prepared.replaced:
+        if replaced:
             report.updated += 1
         else:
             report.added += 1

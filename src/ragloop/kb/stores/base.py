@@ -163,7 +163,7 @@ class WritesInBatches:
 
     def replace_documents(
         self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
-    ) -> None:
+    ) -> PreviousHashes:
         raise NotImplementedError
 
     def replace_document(
@@ -177,15 +177,21 @@ class WritesInBatches:
 # -- optional capabilities: what a store may offer besides Store, each used when present --------
 
 
+# what each document replaced had stored: its content hash, None when it was new (read inside
+# the write's transaction, so two processes writing the same document each know which wrote it)
+PreviousHashes = dict[tuple[str, str], str | None]
+
+
 @runtime_checkable
 class BatchWrites(Protocol):
     """Several (document, chunks) replaced in one transaction, then the links given added
-    between the chunks stored at its end (a commit costs more than a document's rows).
+    between the chunks stored at its end (a commit costs more than a document's rows);
+    returns the content hash each (collection, source) had before, None for a new one.
     Ingestion writes its batches so; without it, a transaction per document."""
 
     def replace_documents(
         self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
-    ) -> None: ...
+    ) -> PreviousHashes: ...
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ from ragloop.kb.stores.base import (
     CollectionInfo,
     DocumentRecord,
     Link,
+    PreviousHashes,
     StoreStats,
     WritesInBatches,
 )
@@ -52,9 +53,14 @@ class InMemoryStore(WritesInBatches):
 
     def replace_documents(
         self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
-    ) -> None:
+    ) -> PreviousHashes:
+        previous: PreviousHashes = {}
         with self._lock:
             for doc, chunks in documents:
+                before = self._docs.get((doc.collection, doc.source))
+                previous.setdefault(
+                    (doc.collection, doc.source), before.doc.content_hash if before else None
+                )
                 self.delete_document(doc.source, doc.collection)
                 postings = [self._postings(c.index_text) for c in chunks]
                 self._docs[(doc.collection, doc.source)] = _Stored(doc, list(chunks), postings)
@@ -65,6 +71,7 @@ class InMemoryStore(WritesInBatches):
                             key = (self._model[0], chunk.text_hash)
                             self._vectors.setdefault(key, np.asarray(chunk.vector).tolist())
             self.add_links(links)
+        return previous
 
     def delete_document(self, source: str, collection: str | None = None) -> int:
         with self._lock:

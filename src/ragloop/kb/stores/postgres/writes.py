@@ -15,6 +15,7 @@ from ragloop.kb.stores.base import (
     ChunkRecord,
     DocumentRecord,
     Link,
+    PreviousHashes,
 )
 from ragloop.kb.stores.postgres import postings
 from ragloop.kb.stores.postgres.schema import (
@@ -61,26 +62,30 @@ class PostgresWrites(PostgresDatabase):
 
     def replace_documents(
         self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
-    ) -> None:
+    ) -> PreviousHashes:
         """Replace documents in one transaction, then add the links given. Each step is one
         statement for the whole batch (a handful a batch instead of ten a document); a source
-        given twice keeps its last version."""
+        given twice keeps its last version. Returns what each had stored before (its content
+        hash, None: new)."""
         latest = {
             (plain_text(doc.collection), plain_text(doc.source)): (doc, chunks)
             for doc, chunks in documents
         }
 
-        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> None:
+        def work(conn: psycopg.Connection[tuple[Any, ...]]) -> PreviousHashes:
             removed = (0, 0)
+            previous: PreviousHashes = dict.fromkeys(latest)
             if latest:
                 conn.execute(LOCK_SOURCES, ([source for _, source in latest],))
                 collections, sources = zip(*latest, strict=True)
                 stored = conn.execute(
-                    "SELECT d.id FROM documents d JOIN unnest(%s::text[], %s::text[]) "
-                    "AS k (collection, source) USING (collection, source)",
+                    "SELECT d.id, d.collection, d.source, d.content_hash FROM documents d "
+                    "JOIN unnest(%s::text[], %s::text[]) AS k (collection, source) "
+                    "USING (collection, source)",
                     (list(collections), list(sources)),
                     prepare=False,  # see delete_documents
                 ).fetchall()
+                previous.update({(c, s): h for _, c, s, h in stored})
                 removed = delete_documents(conn, [row[0] for row in stored])
             added = self._insert(conn, latest) if latest else (0, 0)
             self._insert_links(conn, links)
@@ -88,8 +93,9 @@ class PostgresWrites(PostgresDatabase):
                 conn.execute(FLUSH_PENDING_TSVECTORS)
             if latest:  # links alone change no postings
                 count_rows(conn, added[0] - removed[0], added[1] - removed[1])
+            return previous
 
-        self._write(work)
+        return self._write(work)
 
     def _insert(
         self,

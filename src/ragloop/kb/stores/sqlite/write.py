@@ -21,6 +21,7 @@ from ragloop.kb.stores.base import (
     ChunkRecord,
     DocumentRecord,
     Link,
+    PreviousHashes,
 )
 from ragloop.kb.stores.sqlite.database import Database, guarded
 from ragloop.kb.stores.sqlite.schema import INDEX_PHRASES, vector_blob
@@ -32,18 +33,21 @@ class Writes(Database):
     @guarded
     def replace_documents(
         self, documents: Sequence[tuple[DocumentRecord, list[ChunkRecord]]], links: Sequence[Link]
-    ) -> None:
+    ) -> PreviousHashes:
         """Replace documents in one transaction (a commit costs more than a document's rows),
         then add the links given. Each table's rows of the whole batch go in by one
         ``executemany`` (a handful of statements a batch instead of six a document: 471
         instead of 60,388 for 20,000 documents); a source given twice keeps its last
-        version."""
+        version. Returns what each had stored before (its content hash, None: new)."""
         latest = {(doc.collection, doc.source): (doc, chunks) for doc, chunks in documents}
         batch = list(latest.values())
         with self._write() as conn:
             model = self._model(conn)
             packed = iter(self._packed_terms(conn, [c for _, chunks in batch for c in chunks]))
-            self._delete_ids(conn, self._document_ids(conn, list(latest)))
+            stored = self._stored_documents(conn, list(latest))
+            previous: PreviousHashes = dict.fromkeys(latest)
+            previous.update({key: content_hash for key, (_, content_hash) in stored.items()})
+            self._delete_ids(conn, [document_id for document_id, _ in stored.values()])
             # the row numbers SQLite would give, chosen here so each table's rows go in together
             (document_id,) = conn.execute("SELECT coalesce(max(id), 0) FROM documents").fetchone()
             # never a row number given before (a deleted chunk's: the vector graph keys
@@ -72,6 +76,7 @@ class Writes(Database):
             self._index_phrases(conn, pk + 1, pk + len(chunk_rows))
             conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?)", vector_rows)
             self._insert_links(conn, links)
+        return previous
 
     def _index_phrases(self, conn: sqlite3.Connection, first: int, last: int) -> None:
         """Index the phrases of chunks ``first`` to ``last`` (just written), or record that
@@ -104,23 +109,24 @@ class Writes(Database):
                 conn.execute("DELETE FROM meta WHERE key = 'phrases_from'")
 
     @staticmethod
-    def _document_ids(conn: sqlite3.Connection, keys: list[tuple[str, str]]) -> list[int]:
-        """The ids of the stored documents among ``(collection, source)`` keys."""
+    def _stored_documents(
+        conn: sqlite3.Connection, keys: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str]]:
+        """The id and content hash of the stored documents among ``(collection, source)``
+        keys."""
         by_collection: dict[str, list[str]] = {}
         for collection, source in keys:
             by_collection.setdefault(collection, []).append(source)
-        found: list[int] = []
+        found: dict[tuple[str, str], tuple[int, str]] = {}
         for collection, sources in by_collection.items():
             for start in range(0, len(sources), 500):
                 part = sources[start : start + 500]
-                found += [
-                    row[0]
-                    for row in conn.execute(
-                        "SELECT id FROM documents WHERE collection = ? AND source IN "
-                        f"({','.join('?' * len(part))})",
-                        (collection, *part),
-                    )
-                ]
+                rows = conn.execute(
+                    "SELECT id, source, content_hash FROM documents WHERE collection = ? AND "
+                    f"source IN ({','.join('?' * len(part))})",
+                    (collection, *part),
+                )
+                found.update({(collection, source): (i, h) for i, source, h in rows})
         return found
 
     @staticmethod
