@@ -169,7 +169,7 @@ class PostgresReads(PostgresDatabase):
                 pks, weights = postings.in_scope(held_postings, collections, average_length)
                 if len(pks):
                     found[lexeme] = (pks, weights)
-        for lexeme, _, entries, segments, counts, names in (row[3:] for row in rows):
+        for lexeme, entries, segments, counts, names in (row[3:] for row in rows):
             if lexeme is None:  # no other lexeme of the query is in scope: one empty row
                 continue
             read = postings.lexeme_postings(bytes(entries), segments, counts, names, average_length)

@@ -352,11 +352,12 @@ FLUSH_PENDING_TSVECTORS = """
 # The query's lexemes, as the chunks' tsvectors have them (Snowball stemming, stopwords dropped).
 QUERY_LEXEMES = f"SELECT tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s))"
 # The blocks of the query's lexemes in scope but those the process holds already
-# (.postings_cache): per lexeme its document frequency in scope and the blocks, concatenated in
-# order with their segments, counts and collections. A lexeme no chunk in scope holds has no
-# row. Parameters: the lexemes, the lexemes held, and for a scoped query the collections.
+# (.postings_cache): per lexeme its blocks, concatenated in order, with their segments, counts
+# and collections (its document frequency in scope is their count of entries). A lexeme no
+# chunk in scope holds has no row. Parameters: the lexemes, the lexemes held, and for a scoped
+# query the collections.
 _BLOCKS = """
-    SELECT p.lexeme, sum(p.n),
+    SELECT p.lexeme,
            string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment),
            array_agg(p.segment ORDER BY p.collection, p.segment),
            array_agg(p.n ORDER BY p.collection, p.segment),
@@ -376,7 +377,7 @@ _TOTALS = """
 """
 _KEYWORD_QUERY = """
     WITH totals (chunks, average_length, writes) AS ({totals}),
-         blocks (lexeme, df, entries, segments, counts, collections) AS ({blocks})
+         blocks (lexeme, entries, segments, counts, collections) AS ({blocks})
     SELECT totals.*, blocks.* FROM totals LEFT JOIN blocks ON true
 """
 # The totals with the blocks, one round trip a query: over the whole corpus, and over the
