@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import os
 
+import pytest
+
 from ragloop.kb.index import saved_arrays
 from ragloop.kb.knowledge_base import Document, KnowledgeBase
 from ragloop.kb.stores.postgres.store import PostgresKnowledgeBase
@@ -69,4 +71,24 @@ def test_collection_counters_are_filled_when_an_older_knowledge_base_opens(
     kb.add_documents([Document(text="Acme Acme Acme.", source="more.md")], collection="secret")
     assert scored(kb) == expected
     assert counters_match_the_chunks(dsn, postgres_schema)
+    kb.close()
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+def test_a_filtered_search_leaves_its_scope_whole_for_the_next(tmp_path, store):
+    """A store keeps each scope's chunks and statistics for its next searches: a metadata
+    filter narrows one search's results, never what the scope holds for the next."""
+    kb = (
+        KnowledgeBase(tmp_path / "kb.sqlite", embedder=None)
+        if store == "sqlite"
+        else KnowledgeBase.in_memory(embedder=None)
+    )
+    kb.add_documents(PUBLIC, collection="public")
+    kb.add_documents(SECRET, collection="secret")
+    expected = scored(kb)
+    filtered = kb.search(QUERY, mode="bm25", collection="public", filters={"source": "horror.md"})
+    assert [c.source for c in filtered] == ["horror.md"]
+    assert [s for c, s in expected if c == filtered[0].id] == [filtered[0].score]
+    assert scored(kb) == expected
+    assert len(expected) == 3
     kb.close()

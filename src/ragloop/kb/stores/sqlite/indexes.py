@@ -121,6 +121,7 @@ class SavedIndexes(Database):
     ) -> npt.NDArray[np.bool_]:
         """The rows of ``mask`` (None: all) the scope's filters admit."""
         pks = rows.pks
+        # a copy: the mask given may be one a keyword index keeps for its scope
         mask = np.ones(len(pks), dtype=bool) if mask is None else mask.copy()
         where, params = self._scope_sql(scope)
         allowed = [
