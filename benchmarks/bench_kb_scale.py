@@ -24,6 +24,7 @@ model is measured on 1,000 chunks.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -170,6 +171,67 @@ def timed(function: Any, queries: list[Any]) -> tuple[float, float]:
     return percentiles(samples)
 
 
+def interleaved(queries: list[str], searches: dict[str, Any]) -> dict[str, float]:
+    """p50 (ms) of each search over the queries, the searches taking turns on each query (so
+    the machine's load moves them alike: their ratios are what is compared), after a round
+    that warms them all (query vectors cached, pages in memory)."""
+    for query in queries:
+        for search in searches.values():
+            search(query)
+    samples: dict[str, list[float]] = {name: [] for name in searches}
+    for query in queries:
+        for name, search in searches.items():
+            started = time.perf_counter()
+            search(query)
+            samples[name].append((time.perf_counter() - started) * 1000)
+    return {name: statistics.median(found) for name, found in samples.items()}
+
+
+def scoped_statistics(
+    kb: KnowledgeBase, size: int, passages: dict[str, str], queries: list[str]
+) -> dict[str, dict[str, float]]:
+    """A search scoped to collections takes BM25's statistics from them (issue 58): with a
+    second collection of a tenth as many chunks ("other", the synthetic chunks after the
+    first ``size``), bm25 and hybrid searches of every collection, of "default" (ten elevenths
+    of the chunks: the most postings a scoped search weighs) and of "other", p50 in ms, taking
+    turns on each query (the hybrid ones with the query vector cached)."""
+    more = itertools.islice(synthetic_documents(size + size // 10, passages), size, None)
+    kb.add_documents(more, collection="other")
+    scopes = {"every collection": None, "default": "default", "other": "other"}
+    return {
+        mode: interleaved(
+            queries,
+            {
+                name: lambda q, m=mode, c=collection: kb.search(q, mode=m, top_k=10, collection=c)
+                for name, collection in scopes.items()
+            },
+        )
+        for mode in ("bm25", "hybrid")
+    }
+
+
+def scoped_lines(found: dict[str, dict[str, float]], size: int) -> list[str]:
+    return [
+        f"BM25 statistics of a scope (issue 58): with a second collection of {size // 10:,} "
+        "chunks added, bm25 and hybrid searches (top 10, the first 250 questions, hybrid with "
+        "the query vector cached) of every collection, of `default` (ten elevenths of the "
+        "chunks) and of the new one, taking turns on each question; p50, and in parentheses "
+        "the ratio to the search of every collection measured in the same run.",
+        "",
+        "| mode | every collection | default | other |",
+        "|---|---|---|---|",
+        *(
+            f"| {mode} | {times['every collection']:.2f} ms | "
+            + " | ".join(
+                f"{times[name]:.2f} ms ({times[name] / times['every collection']:.2f})"
+                for name in ("default", "other")
+            )
+            + " |"
+            for mode, times in found.items()
+        ),
+    ]
+
+
 def memory_mb() -> dict[str, float]:
     """This process's resident memory now and at its peak (MB)."""
     fields = {}
@@ -284,6 +346,7 @@ def measure_ragloop(size: int, folder: str) -> dict[str, Any]:
         "worker_rss_mb": workers.rss_mb,
         **memory_mb(),
     }
+    result["scoped"] = scoped_statistics(kb, size, passages, first)
     kb.close()
     return result
 
@@ -414,6 +477,8 @@ def run(size: int = 10_000, command: str = "make bench", real_vectors: int = 0) 
         f"{ann.MIN_VECTORS:,} vectors it is approximate (ragloop.kb.index.ann: the graph's "
         f"{ann.CANDIDATES} candidates ranked by their exact scores).",
         "",
+        *scoped_lines(ours["scoped"], size),
+        "",
         f"Ingest workers (ragloop.kb.ingest.pipeline.ingest_workers): {ours['workers']}, "
         f"holding at most {ours['workers_private_mb']:,.0f} MB of their own together (each "
         f"one's resident size peaked at {ours['worker_rss_mb']:,.0f} MB, most of it pages it "
@@ -445,8 +510,24 @@ def _ms(pair: tuple[float, float]) -> str:
     return f"{pair[0]:.1f} / {pair[1]:.1f}"
 
 
+def run_scoped(size: int = 10_000) -> str:
+    """Only the scoped-statistics table (``python benchmarks/bench_kb_scale.py scoped``):
+    ``size`` chunks ingested as the full run does, then :func:`scoped_statistics`."""
+    questions, passages = hotpot_pool()
+    queries = [q.text for q in questions][: len(questions) // 2]
+    embedder = StandInPassagesRealQueries(pool_sentences(passages))
+    with tempfile.TemporaryDirectory() as folder:
+        kb = KnowledgeBase(Path(folder) / "kb.sqlite", embedder=embedder, link_titles=False)
+        kb.add_documents(synthetic_documents(size, passages))
+        found = scoped_statistics(kb, size, passages, queries)
+        kb.close()
+    return "\n".join(scoped_lines(found, size))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "first-search":  # a new process after the ingest
+    if sys.argv[1:2] == ["scoped"]:  # only the scoped-statistics table
+        print(run_scoped(*(int(n) for n in sys.argv[2:3])))
+    elif len(sys.argv) == 4 and sys.argv[1] == "first-search":  # a new process after the ingest
         print(json.dumps(first_search(sys.argv[2], sys.argv[3])))
     elif len(sys.argv) == 3:  # the child: ragloop alone
         print(json.dumps(measure_ragloop(int(sys.argv[1]), sys.argv[2])))

@@ -118,6 +118,14 @@ DAMAGE = {
         "keyword",
         lambda f: rewrite(f, lambda a: a.update(docs=a["docs"][:-1].copy())),
     ),
+    "keyword term frequencies cut, checksums right": (
+        "keyword",
+        lambda f: rewrite(f, lambda a: a.update(tfs=a["tfs"][:-1].copy())),
+    ),
+    "keyword chunk lengths cut, checksums right": (
+        "keyword",
+        lambda f: rewrite(f, lambda a: a.update(lengths=a["lengths"][:-1].copy())),
+    ),
 }
 
 

@@ -38,10 +38,22 @@ def sql(dsn, schema, query, params=()):
 
 
 def counters_match_the_chunks(dsn, schema):
-    """The corpus counters count the chunks, and the postings blocks hold exactly one entry
-    per (lexeme, chunk) of the chunks stored, with its term frequency and chunk length."""
+    """The corpus counters count the chunks, each collection's counters its chunks, and the
+    postings blocks hold exactly one entry per (lexeme, chunk) of the chunks stored, with its
+    term frequency and chunk length."""
     counted = sql(dsn, schema, "SELECT sum(chunks), sum(terms) FROM corpus_counters")[0]
     actual = sql(dsn, schema, "SELECT count(*), sum(n_terms) FROM chunks")[0]
+    per_collection = sql(
+        dsn,
+        schema,
+        "SELECT collection, sum(chunks), sum(terms) FROM collection_counters GROUP BY 1 "
+        "HAVING sum(chunks) <> 0 OR sum(terms) <> 0 ORDER BY 1",
+    )
+    actual_per_collection = sql(
+        dsn, schema, "SELECT collection, count(*), sum(n_terms) FROM chunks GROUP BY 1 ORDER BY 1"
+    )
+    if per_collection != actual_per_collection:
+        return False
     expected = sorted(
         sql(
             dsn,
@@ -652,7 +664,7 @@ def test_a_knowledge_base_of_the_row_per_posting_layout_is_upgraded_in_place(dsn
         "coalesce(array_length(t.positions, 1), 1) AS tf, c.n_terms FROM chunks c, unnest(c.tsv) t;"
         "DROP TABLE postings_blocks; ALTER TABLE chunks ADD COLUMN embedding vector;"
         "DROP TABLE chunk_vectors; DROP INDEX chunks_text_hash;"
-        "ALTER TABLE corpus_counters DROP COLUMN writes;"
+        "ALTER TABLE corpus_counters DROP COLUMN writes; DROP TABLE collection_counters;"
         "DELETE FROM _ragloop_migrations WHERE version >= 3",
     )
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=None)
@@ -684,7 +696,7 @@ def test_a_knowledge_base_with_vectors_in_its_chunks_rows_is_upgraded_in_place(
         "CREATE INDEX chunks_embedding ON chunks USING hnsw (embedding vector_cosine_ops) "
         "WITH (m = 8, ef_construction = 64);"
         "CREATE INDEX chunks_missing_vector ON chunks (text_hash) WHERE embedding IS NULL;"
-        "ALTER TABLE corpus_counters DROP COLUMN writes;"
+        "ALTER TABLE corpus_counters DROP COLUMN writes; DROP TABLE collection_counters;"
         "DELETE FROM _ragloop_migrations WHERE version >= 4",
     )
     kb = PostgresKnowledgeBase(dsn, schema=postgres_schema, embedder=HashEmbedder(16))

@@ -23,9 +23,11 @@ import pytest
 
 from ragloop.core.errors import StoreError
 from ragloop.core.protocols import Embedder
+from ragloop.core.records import Scope as ScopeRecord
 from ragloop.kb.embedding.hash_embedder import HashEmbedder
 from ragloop.kb.index.fusion import reciprocal_rank_fusion
 from ragloop.kb.knowledge_base import Document, KnowledgeBase
+from ragloop.kb.search import SearchMode
 from ragloop.kb.stores.base import BatchWrites, ChunkRecord, DocumentRecord
 
 CORPUS = {
@@ -288,6 +290,43 @@ class KnowledgeBaseConformance:
         assert [(c.name, c.documents) for c in kb.collections()] == [("gear", 1), ("policies", 1)]
         kb.close()
 
+    def test_scoped_scores_tell_nothing_of_other_collections(self, tmp_path: Path) -> None:
+        """A search scoped to some collections takes BM25's statistics (chunk count, document
+        frequencies, average length) from those collections alone: a document added to or
+        removed from another one moves none of its scores, whether it holds the query's words
+        or a word no collection has. Otherwise a caller limited to ``public`` reads from
+        ``scores.bm25`` whether ``secret`` says "Acme" (the query's normalisation counted the
+        idf of every word some collection holds). With every other collection emptied, the
+        unscoped scores are the scoped ones."""
+        kb = self.make_kb(tmp_path, HashEmbedder(128))
+        kb.add_documents(_SCOPED_PUBLIC, collection="public")
+        kb.add_documents(_SCOPED_SECRET, collection="secret")
+        query, scope = "Acme Sinister film", ScopeRecord.of("public")
+
+        def scored(collection: str | None = "public") -> list[Any]:
+            """Each chunk's id and scores: bm25 and hybrid searches, the store's own."""
+            found = [
+                kb.search(query, mode=mode, top_k=10, collection=collection)
+                for mode in _SCOPED_MODES
+            ]
+            store_scope = scope if collection else ScopeRecord()
+            found.append(kb.store.keyword_search(query, 10, store_scope))
+            return [[(c.id, c.score, c.metadata["scores"]) for c in hits] for hits in found]
+
+        before = scored()
+        assert [len(hits) for hits in before] == [3, 4, 3]  # hybrid: the dense hits too
+        for text in _SCOPED_OTHER_TEXTS:
+            kb.add_documents([Document(text=text, source="leak.md")], collection="secret")
+            assert scored() == before, text
+            assert kb.delete("leak.md", collection="secret") == 1
+            assert scored() == before, text
+        for source in {d.source for d in _SCOPED_SECRET}:
+            kb.delete(source, collection="secret")
+        alone = scored(collection=None)[0]
+        assert [c for c, _, _ in alone] == [c for c, _, _ in before[0]]
+        assert [s for _, s, _ in alone] == pytest.approx([s for _, s, _ in before[0]], rel=1e-5)
+        kb.close()
+
     def test_metadata_filters(self, kb: KnowledgeBase) -> None:
         for mode in ("bm25", "dense", "hybrid"):
             hits = kb.search("orders returns", mode=mode, filters={"format": "md"})
@@ -414,6 +453,24 @@ class KnowledgeBaseConformance:
             [first.id], collection=["private"]
         )
         kb.close()
+
+
+# the scoped-statistics test's corpus: the public collection, the secret one, and the texts a
+# document of the secret collection comes and goes with (the query's words; a word no
+# collection holds)
+_SCOPED_PUBLIC = [
+    Document(text="A film critic finds a box of home movies.", source="sinister.md",
+             title="Sinister"),
+    Document(text="Sinister is a 2012 supernatural horror film.", source="horror.md",
+             title="Horror"),
+    Document(text="The film festival opens on Friday.", source="festival.md"),
+    Document(text="Tents and stoves for the trail.", source="gear.md"),
+]  # fmt: skip
+_SCOPED_MODES: tuple[SearchMode, ...] = ("bm25", "hybrid")
+_SCOPED_SECRET = [Document(text="Launch plans for the spring.", source="plans.md")]
+_SCOPED_OTHER_TEXTS = (
+    "Acme", "Acme Sinister film, the Acme film of Acme.", "Zqxvort", "Zqxvort " * 400,
+)  # fmt: skip
 
 
 class _TopicEmbedder:

@@ -10,6 +10,14 @@ persist each chunk's term frequencies and rebuild this index after writes.
 Terms are the text's tokens without stopwords, Snowball-stemmed (English, PyStemmer). Scores are
 normalised by the best score the query could reach (every term at saturation), as every store
 does, with FTS5's idf ``log((N - n + 0.5) / (n + 0.5))`` floored at 1e-6.
+
+A search scoped to some collections takes N, each term's n and the average length from the
+chunks of those collections alone (``within``), and weighs their postings at query time from
+the term frequencies and lengths the index keeps beside the weights: with statistics of the
+whole corpus, a caller limited to one collection read from its scores which words the others
+hold (a term that no chunk in scope has still counted in the normalisation, and a term's idf
+moved with every other collection's documents). Both ways compute a weight by the same
+operations, so a scope that holds every chunk scores exactly as an unscoped search.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import filterfalse
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -108,12 +116,51 @@ def unpack(blob: bytes) -> Postings:
     return both[:half], both[half:]
 
 
+def idfs_of(n_docs: int, counts: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """FTS5's idf, ``log((N - n + 0.5) / (n + 0.5))``, floored at 1e-6, of each count."""
+    return np.maximum(np.log((n_docs - counts + 0.5) / (counts + 0.5)), 1e-6)
+
+
+def average_length(lengths: npt.NDArray[np.float32], within: npt.NDArray[np.bool_] | None) -> float:
+    """The mean of chunk lengths (of those ``within``), 1 when there are none. Summed in
+    float64, exact for whole numbers, so the same chunks give the same mean in any order."""
+    count = len(lengths) if within is None else int(np.count_nonzero(within))
+    total = float(np.sum(lengths, dtype=np.float64, where=True if within is None else within))
+    return (total / count if count else 1.0) or 1.0
+
+
+def term_weights(
+    tfs: npt.NDArray[np.integer],
+    lengths: npt.NDArray[np.float32],
+    average: float,
+    idfs: npt.NDArray[np.float64] | float,
+) -> npt.NDArray[np.float32]:
+    """BM25 weights of postings: ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen))``
+    times the idf, in float32 (the operations of the index's build and of a scoped search)."""
+    tf = tfs.astype(np.float32)
+    norm = K1 * (1 - B + B * lengths / np.float32(average))
+    weights = tf * (K1 + 1) / (tf + norm) * np.asarray(idfs).astype(np.float32)
+    return weights.astype(np.float32, copy=False)  # float32 already: typed, not copied
+
+
+@dataclass(frozen=True)
+class Within:
+    """The chunks whose statistics a scoped search takes (those of its collections), with
+    the statistics: their number and average length. Made by :meth:`BM25Index.within`; a
+    store keeps it for the scope's next searches (it holds for one state of the index)."""
+
+    mask: npt.NDArray[np.bool_]
+    n_docs: int
+    average: float
+
+
 @dataclass
 class BM25Index:
     """Postings sorted by term: ``docs[ptr[t]:ptr[t+1]]`` hold term ``t`` with ``weights``.
 
     A posting's weight already includes its term's idf (both are fixed once the index is
-    built), so a query only adds up weights.
+    built), so a query only adds up weights. ``tfs`` (each posting's term frequency) and
+    ``lengths`` (each chunk's number of terms) are what a scoped search weighs postings from.
     """
 
     n_docs: int
@@ -121,6 +168,10 @@ class BM25Index:
     docs: npt.NDArray[np.int32]
     weights: npt.NDArray[np.float32]
     idfs: npt.NDArray[np.float64]
+    tfs: npt.NDArray[np.uint16]
+    lengths: npt.NDArray[np.float32]
+
+    ARRAYS: ClassVar[tuple[str, ...]] = ("ptr", "docs", "weights", "idfs", "tfs", "lengths")
 
     @classmethod
     def build(cls, chunks: Sequence[Postings], vocabulary: int) -> BM25Index:
@@ -156,12 +207,11 @@ class BM25Index:
         ptr = np.zeros(vocabulary + 1, dtype=np.int64)
         np.cumsum(counts, out=ptr[1:])
         total = int(ptr[-1])
-        # FTS5's idf, log((N - n + 0.5) / (n + 0.5)), floored at 1e-6
-        idfs = np.maximum(np.log((n_docs - counts + 0.5) / (counts + 0.5)), 1e-6)
+        idfs = idfs_of(n_docs, counts)
         docs = np.empty(total, dtype=np.int32)
         weights = np.empty(total, dtype=np.float32)
-        average = float(lengths.mean()) if n_docs else 1.0
-        average = average or 1.0
+        tfs_sorted = np.empty(total, dtype=np.uint16)
+        average = average_length(lengths, None)
         cursor = ptr[:-1].copy()  # where each term's next posting goes
         first_doc = 0
         while kept:
@@ -172,9 +222,7 @@ class BM25Index:
             first_doc += len(sizes)
             if not len(terms):
                 continue
-            tf = tfs.astype(np.float32)
-            norm = K1 * (1 - B + B * lengths[block_docs] / average)
-            block_weights = tf * (K1 + 1) / (tf + norm) * idfs[terms].astype(np.float32)
+            block_weights = term_weights(tfs, lengths[block_docs], average, idfs[terms])
             # each posting's place in its term's run: the run's cursor plus its rank among
             # the block's postings of that term (a stable sort keeps chunk order)
             order = np.argsort(terms, kind="stable")
@@ -185,24 +233,27 @@ class BM25Index:
             places = cursor[sorted_terms] + rank
             docs[places] = block_docs[order]
             weights[places] = block_weights[order]
+            tfs_sorted[places] = tfs[order]
             cursor[sorted_terms[starts]] += run_sizes
-        return cls(n_docs, ptr, docs, weights, idfs)
+        return cls(n_docs, ptr, docs, weights, idfs, tfs_sorted, lengths)
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The index as named arrays, what :meth:`from_arrays` reads back."""
-        return {"ptr": self.ptr, "docs": self.docs, "weights": self.weights, "idfs": self.idfs}
+        return {name: getattr(self, name) for name in self.ARRAYS}
 
     @classmethod
     def from_arrays(cls, n_docs: int, arrays: dict[str, npt.NDArray[Any]]) -> BM25Index | None:
         """The index :meth:`arrays` gave; None when they do not hold together (a damaged
         file)."""
         try:
-            index = cls(n_docs, arrays["ptr"], arrays["docs"], arrays["weights"], arrays["idfs"])
+            index = cls(n_docs, *(arrays[name] for name in cls.ARRAYS))
         except KeyError:
             return None
         if not len(index.ptr) or len(index.ptr) != len(index.idfs) + 1:
             return None
-        if not int(index.ptr[-1]) == len(index.docs) == len(index.weights):
+        if not int(index.ptr[-1]) == len(index.docs) == len(index.weights) == len(index.tfs):
+            return None
+        if len(index.lengths) != n_docs:
             return None
         return index
 
@@ -211,23 +262,66 @@ class BM25Index:
             return 0
         return int(self.ptr[term + 1] - self.ptr[term])
 
+    def within(self, mask: npt.NDArray[np.bool_]) -> Within | None:
+        """The statistics of the chunks of ``mask`` (a scope's collections) for
+        :meth:`search`; None when it holds every chunk (the weights built are its own)."""
+        n_docs = int(np.count_nonzero(mask))
+        if n_docs == self.n_docs:
+            return None
+        return Within(mask, n_docs, average_length(self.lengths, mask))
+
     def search(
-        self, terms: Sequence[int], top_k: int, mask: npt.NDArray[np.bool_] | None = None
+        self,
+        terms: Sequence[int],
+        top_k: int,
+        mask: npt.NDArray[np.bool_] | None = None,
+        within: Within | None = None,
     ) -> list[tuple[int, float, float]]:
         """The ``top_k`` chunks for the query's term ids: (chunk index, normalised score, raw
-        BM25), best first; chunks outside ``mask`` and without any term are left out."""
+        BM25), best first; chunks outside ``mask`` and without any term are left out.
+
+        ``within``: the chunks whose statistics count (a scope's collections, from
+        :meth:`within`), None for every chunk. A chunk outside it scores nothing, and nothing
+        about it (its terms, its length, that it exists) moves a score."""
         present = [t for t in dict.fromkeys(terms) if self.document_frequency(t)]
         if not present or top_k < 1:
             return []
-        scores = np.zeros(self.n_docs, dtype=np.float32)
-        for term in present:
-            start, end = self.ptr[term], self.ptr[term + 1]
-            scores[self.docs[start:end]] += self.weights[start:end]
+        if within is None:
+            scores = np.zeros(self.n_docs, dtype=np.float32)
+            for term in present:
+                start, end = self.ptr[term], self.ptr[term + 1]
+                scores[self.docs[start:end]] += self.weights[start:end]
+            idfs = self.idfs[present]
+        else:
+            scores, idfs = self._scoped_scores(present, within)
+        if not len(idfs):
+            return []
         if mask is not None:
             scores[~mask] = 0.0
         top = top_indices(scores, top_k)
-        ceiling = float(self.idfs[present].sum()) * (K1 + 1)
+        ceiling = float(idfs.sum()) * (K1 + 1)
         return [(int(i), min(1.0, float(scores[i]) / ceiling), float(scores[i])) for i in top]
+
+    def _scoped_scores(
+        self, present: list[int], within: Within
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]]:
+        """Every chunk's BM25 over the statistics of the chunks ``within``, and the idfs of the
+        terms they hold (a term none of them holds is not the query's, as in an index of those
+        chunks alone). Costs more than an unscoped search: each term's postings in scope are
+        picked, counted and weighed here, where the build weighed the others'."""
+        held: list[tuple[npt.NDArray[np.int32], npt.NDArray[np.uint16]]] = []
+        for term in present:
+            start, end = self.ptr[term], self.ptr[term + 1]
+            docs = self.docs[start:end]
+            kept = within.mask[docs]
+            if kept.any():
+                held.append((docs[kept], self.tfs[start:end][kept]))
+        counts = np.array([len(docs) for docs, _ in held], dtype=np.int64)
+        idfs = idfs_of(within.n_docs, counts)
+        scores = np.zeros(self.n_docs, dtype=np.float32)
+        for (docs, tfs), idf in zip(held, idfs, strict=True):
+            scores[docs] += term_weights(tfs, self.lengths[docs], within.average, idf)
+        return scores, idfs
 
 
 def top_indices(scores: npt.NDArray[np.floating[Any]], k: int) -> npt.NDArray[np.intp]:

@@ -8,7 +8,10 @@ them pass the conformance suite in :mod:`ragloop.testing.conformance`.
 Scores returned by a store are already in [0, 1]:
 
 - keyword: the BM25 score divided by the highest score the query could reach (every query term
-  at saturation in a document), so a score means the same across queries;
+  at saturation in a document), so a score means the same across queries. A search scoped to
+  collections takes BM25's statistics (chunk count, document frequencies, average length) from
+  those collections alone, so nothing another collection holds moves its scores (a scoped
+  caller must not learn from them what it may not read);
 - vector: the cosine similarity, clipped at 0.
 """
 

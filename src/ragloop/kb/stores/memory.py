@@ -134,9 +134,15 @@ class InMemoryStore(WritesInBatches):
         mask = np.array(
             [scope.accepts(s.doc.collection, _metadata(s, i)) for s, i in entries], dtype=bool
         )
+        within = None  # the chunks whose statistics count: those of the scope's collections
+        if scope.collections is not None:
+            wanted = set(scope.collections)
+            within = index.within(
+                np.array([s.doc.collection in wanted for s, _ in entries], dtype=bool)
+            )
         ids = [self._vocabulary[t] for t in terms if t in self._vocabulary]
         out = []
-        for row, score, raw in index.search(ids, top_k, mask):
+        for row, score, raw in index.search(ids, top_k, mask, within):
             stored, i = entries[row]
             chunk = _to_chunk(stored, i, score)
             chunk.metadata["scores"] = {"bm25": round(score, 6), "bm25_raw": round(raw, 6)}

@@ -73,11 +73,9 @@ def lexeme_postings(
     average_length: float,
 ) -> LexemePostings:
     """One lexeme's blocks (in collection order, each with its segment, count and collection)
-    decoded into chunk pks and BM25 term weights without the idf, for a corpus of this average
-    length."""
+    decoded into chunk pks, term frequencies, chunk lengths and BM25 term weights without the
+    idf, for this average length."""
     pks, tf, length = decode(entries, segments, counts)
-    norm = BM25_K1 * (1 - BM25_B + BM25_B * length / average_length)
-    weights = (tf * (BM25_K1 + 1) / (tf + norm)).astype(np.float32)
     names: list[str] = []
     starts = [0]
     for name, count in zip(collections, counts, strict=True):
@@ -87,32 +85,55 @@ def lexeme_postings(
         starts[-1] += count
     if len(pks) and int(pks.max()) < 2**32:  # half the memory in the cache
         pks = pks.astype(np.uint32)
-    return LexemePostings(pks, weights, tuple(names), np.asarray([0, *starts[1:]], np.int64))
+    return LexemePostings(
+        pks,
+        term_weights(tf, length, average_length),
+        tf.astype(np.uint16),
+        length.astype(np.uint32),
+        tuple(names),
+        np.asarray([0, *starts[1:]], np.int64),
+    )
+
+
+def term_weights(
+    tfs: npt.NDArray[np.number], lengths: npt.NDArray[np.number], average_length: float
+) -> npt.NDArray[np.float32]:
+    """BM25 term weights without the idf, ``tf * (k1 + 1) / (tf + k1 * (1 - b + b * len /
+    avglen))``, computed in float64 whatever the arrays hold: the postings read and those
+    held in the cache weigh the same, bit for bit."""
+    tf = tfs.astype(np.float64)
+    norm = BM25_K1 * (1 - BM25_B + BM25_B * lengths.astype(np.float64) / average_length)
+    return (tf * (BM25_K1 + 1) / (tf + norm)).astype(np.float32)
+
+
+def in_scope(
+    postings: LexemePostings, collections: Collection[str], average_length: float
+) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.float32]]:
+    """The (pks, weights without the idf) of a held lexeme's postings in these collections,
+    weighed at their average length."""
+    pks, tfs, lengths = postings.in_scope(collections)
+    return pks, term_weights(tfs, lengths, average_length)
 
 
 def score(
-    lexemes: Iterable[tuple[int, LexemePostings | None]],
-    chunks: float,
-    collections: Collection[str] | None,
+    lexemes: Iterable[tuple[npt.NDArray[np.integer], npt.NDArray[np.float32]]], chunks: float
 ) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.float32], float]:
     """BM25 of every chunk in scope holding a query lexeme: (pks, weights) of its postings,
     to be added up by :func:`totals`, and the highest score the query could reach (every
     lexeme at saturation), which normalises.
 
-    ``lexemes``: per query lexeme, in the query's order (the order the weights are added up
-    in, so a score does not depend on where the postings came from), its document frequency
-    over the whole corpus and its postings (None when it has none in scope). The arrays stay
-    as compact as the cache holds them (uint32 pks, float32 weights): at 1,000,000 chunks a
-    question adds up 415,000 postings."""
+    ``lexemes``: per query lexeme that a chunk in scope holds, in the query's order (the order
+    the weights are added up in, so a score does not depend on where the postings came
+    from), its postings in scope: pks and weights without the idf. Its document frequency is
+    their number, and ``chunks`` the number of chunks in scope: a scope's statistics are its
+    own. The arrays stay as compact as the cache holds them (uint32 pks, float32 weights): at
+    1,000,000 chunks a question adds up 415,000 postings."""
     pk_parts: list[npt.NDArray[np.integer]] = []
     weight_parts: list[npt.NDArray[np.float32]] = []
     ceiling = 0.0
-    for document_frequency, postings in lexemes:
-        weight = idf(int(document_frequency), chunks)
+    for pks, weights in lexemes:
+        weight = idf(len(pks), chunks)
         ceiling += weight * (BM25_K1 + 1)
-        if postings is None:
-            continue
-        pks, weights = postings.in_scope(collections)
         pk_parts.append(pks)
         weight_parts.append(weights * np.float32(weight))
     if not pk_parts:

@@ -5,7 +5,9 @@ question's common words each hold hundreds of thousands: 415,000 postings for th
 HotpotQA question at 1,000,000 chunks) and decodes them: 33 of its 37 ms p50. Those words
 recur from question to question, so the process keeps each lexeme's postings, decoded into
 chunk pks and BM25 term weights (pk as uint32 when it fits, weight as float32: 8 bytes a
-posting), in a cache bounded in bytes, least recently used out first.
+posting), with each posting's term frequency and chunk length (6 bytes more, what a scoped
+query weighs its collections' postings from), in a cache bounded in bytes, least recently used
+out first.
 
 The weights hold the corpus's size and average length, and every write changes the postings,
 so the cache is only valid for one state of the knowledge base: every write adds one to the
@@ -13,7 +15,8 @@ so the cache is only valid for one state of the knowledge base: every write adds
 in the same statement as the blocks, and a count other than the cache's empties it (the lexemes
 it asked the cache for are then read from PostgreSQL). Every server of a fleet sees every
 write this way. Only an unscoped query fills the cache (it reads every collection's blocks);
-a collection scope is then a slice of each cached lexeme.
+a collection scope is then a slice of each cached lexeme, weighed at the scope's average
+length.
 """
 
 from __future__ import annotations
@@ -29,12 +32,16 @@ import numpy.typing as npt
 
 @dataclass(frozen=True)
 class LexemePostings:
-    """One lexeme's postings in some collections: ``pks`` and ``weights`` (BM25 without the
-    idf) in collection order, the postings of ``collections[i]`` from ``starts[i]`` to
-    ``starts[i + 1]``."""
+    """One lexeme's postings in some collections, in collection order, the postings of
+    ``collections[i]`` from ``starts[i]`` to ``starts[i + 1]``: each one's chunk ``pks``, term
+    frequency (``tfs``), chunk length (``lengths``) and BM25 weight without the idf at the
+    average length it was read for (``weights``). A scope of some collections weighs their
+    postings again from the frequencies and lengths, at its own average length."""
 
     pks: npt.NDArray[np.integer]
     weights: npt.NDArray[np.float32]
+    tfs: npt.NDArray[np.uint16]
+    lengths: npt.NDArray[np.uint32]
     collections: tuple[str, ...]
     starts: npt.NDArray[np.int64]
 
@@ -43,24 +50,25 @@ class LexemePostings:
 
     @property
     def nbytes(self) -> int:
-        return int(self.pks.nbytes + self.weights.nbytes + self.starts.nbytes)
+        arrays = (self.pks, self.weights, self.tfs, self.lengths, self.starts)
+        return sum(int(array.nbytes) for array in arrays)
 
     def in_scope(
-        self, collections: Collection[str] | None
-    ) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.float32]]:
-        if collections is None:
-            return self.pks, self.weights
+        self, collections: Collection[str]
+    ) -> tuple[npt.NDArray[np.integer], npt.NDArray[np.uint16], npt.NDArray[np.uint32]]:
+        """The (pks, term frequencies, chunk lengths) of the postings in these collections."""
         parts = [
             slice(int(self.starts[i]), int(self.starts[i + 1]))
             for i, name in enumerate(self.collections)
             if name in collections
         ]
         if len(parts) == len(self.collections):
-            return self.pks, self.weights
-        return (
-            np.concatenate([self.pks[part] for part in parts] or [self.pks[:0]]),
-            np.concatenate([self.weights[part] for part in parts] or [self.weights[:0]]),
+            return self.pks, self.tfs, self.lengths
+        arrays = (self.pks, self.tfs, self.lengths)
+        pks, tfs, lengths = (
+            np.concatenate([array[part] for part in parts] or [array[:0]]) for array in arrays
         )
+        return pks, tfs, lengths
 
 
 class PostingsCache:

@@ -23,13 +23,13 @@ from ragloop.kb.stores.base import (
 )
 from ragloop.kb.stores.postgres import postings
 from ragloop.kb.stores.postgres.connection import PostgresDatabase, as_vector
-from ragloop.kb.stores.postgres.postings_cache import LexemePostings
 from ragloop.kb.stores.postgres.schema import (
     CHUNK_COLUMNS,
     FILTER_COLUMNS,
     FROM_CHUNKS,
     KEYWORD_QUERY,
     QUERY_LEXEMES,
+    SCOPED_KEYWORD_QUERY,
     TEXT_CONFIG,
 )
 from ragloop.kb.stores.rows import chunk_from_row
@@ -37,6 +37,8 @@ from ragloop.kb.stores.rows import chunk_from_row
 if TYPE_CHECKING:
     import psycopg
 
+# a lexeme's postings in scope: chunk pks and BM25 weights without the idf
+Weighed = tuple["npt.NDArray[np.integer]", "npt.NDArray[np.float32]"]
 FILTERED_WINDOW = 8  # candidates checked against metadata filters first, per result wanted
 
 
@@ -110,14 +112,16 @@ class PostgresReads(PostgresDatabase):
         """BM25 over the blocks of the query's lexemes (:mod:`.postings`): one row per
         lexeme from PostgreSQL (none read for a lexeme this process holds already:
         :mod:`.postings_cache`), the scores added up in numpy, then the best chunks' rows.
-        Metadata filters are applied in SQL to the candidates in score order, a window at a
-        time, so the top is exact however few chunks pass."""
+        A collection scope has statistics of its own (its collections' chunk count, document
+        frequencies and average length). Metadata filters are applied in SQL to the
+        candidates in score order, a window at a time, so the top is exact however few
+        chunks pass."""
         terms = query_words(query)
         if not terms or scope.empty or top_k < 1:
             return []
         with self._connection() as conn:
             chunks, lexemes = self._query_postings(conn, " ".join(terms), scope.collections)
-            pks, weights, ceiling = postings.score(lexemes, chunks, scope.collections)
+            pks, weights, ceiling = postings.score(lexemes, chunks)
             held, scores = postings.totals(pks, weights)
             if scope.filters:
                 ranked = postings.in_score_order(held, scores)
@@ -137,38 +141,41 @@ class PostgresReads(PostgresDatabase):
         conn: psycopg.Connection[tuple[Any, ...]],
         words: str,
         collections: Collection[str] | None,
-    ) -> tuple[float, list[tuple[int, LexemePostings | None]]]:
-        """The corpus size and, per query lexeme in the query's order, its document frequency
-        and postings in scope (None: none), from the cache where it holds them, else read
-        (and, for a query of every collection, kept)."""
+    ) -> tuple[float, list[Weighed]]:
+        """The number of chunks in scope and, per query lexeme a chunk in scope holds, in the
+        query's order, its postings in scope: (pks, weights without the idf) at the scope's
+        average length. From the cache where it holds them, else read (and, for a query of
+        every collection, kept)."""
         lexemes = self._query_lexemes(conn, words)
         cache = self._postings_cache
         held_for, held = (None, {}) if cache is None else cache.entries(lexemes)
+        query = KEYWORD_QUERY if collections is None else SCOPED_KEYWORD_QUERY
         params = {
             "lexemes": lexemes,
             "collections": None if collections is None else sorted(collections),
             "held": list(held),
         }
-        rows = conn.execute(KEYWORD_QUERY, params).fetchall()
+        rows = conn.execute(query, params).fetchall()
         chunks, average_length, writes = float(rows[0][0]), float(rows[0][1]), int(rows[0][2])
         if held and writes != held_for:  # held for an earlier state: read them too
             held = {}
-            rows = conn.execute(KEYWORD_QUERY, {**params, "held": []}).fetchall()
+            rows = conn.execute(query, {**params, "held": []}).fetchall()
             chunks, average_length, writes = float(rows[0][0]), float(rows[0][1]), int(rows[0][2])
-        # a lexeme held has every collection's postings: its document frequency is their count
-        found: dict[str, tuple[int, LexemePostings | None]] = {
-            lexeme: (len(held_postings), held_postings) for lexeme, held_postings in held.items()
-        }
-        for lexeme, df, entries, segments, counts, names in (row[3:] for row in rows):
-            if lexeme is None:  # no other lexeme of the query is in any chunk: one empty row
-                continue
-            if entries is None:  # none in scope
-                found[lexeme] = (df, None)
+        found: dict[str, Weighed] = {}
+        for lexeme, held_postings in held.items():  # every collection's postings
+            if collections is None:
+                found[lexeme] = (held_postings.pks, held_postings.weights)
+            else:
+                pks, weights = postings.in_scope(held_postings, collections, average_length)
+                if len(pks):
+                    found[lexeme] = (pks, weights)
+        for lexeme, entries, segments, counts, names in (row[3:] for row in rows):
+            if lexeme is None:  # no other lexeme of the query is in scope: one empty row
                 continue
             read = postings.lexeme_postings(bytes(entries), segments, counts, names, average_length)
             if cache is not None and collections is None:  # every collection's blocks: kept
                 cache.put(lexeme, read, writes)
-            found[lexeme] = (df, read)
+            found[lexeme] = (read.pks, read.weights)
         return chunks, [found[lexeme] for lexeme in lexemes if lexeme in found]
 
     def _query_lexemes(self, conn: psycopg.Connection[tuple[Any, ...]], words: str) -> list[str]:

@@ -176,6 +176,23 @@ MIGRATIONS: list[tuple[int, str]] = [
         ALTER TABLE corpus_counters ADD COLUMN writes bigint NOT NULL DEFAULT 0;
         """,
     ),
+    (
+        6,
+        # each collection's chunks and terms, in slots as the corpus counters: a search scoped
+        # to collections takes BM25's chunk count and average length from its collections
+        # alone (the whole corpus' told a scoped caller what the others hold)
+        """
+        CREATE TABLE collection_counters (
+            collection text NOT NULL,
+            slot integer NOT NULL,
+            chunks bigint NOT NULL,
+            terms bigint NOT NULL,
+            PRIMARY KEY (collection, slot)
+        );
+        INSERT INTO collection_counters (collection, slot, chunks, terms)
+        SELECT collection, 0, count(*), coalesce(sum(n_terms), 0) FROM chunks GROUP BY 1;
+        """,
+    ),
 ]
 
 # Columns that filters may name directly; any other key is looked up in the chunk's metadata,
@@ -202,18 +219,24 @@ LOCK_SOURCES = """
 """
 # Documents removed with their chunks (links go by cascade, the embedding cache stays).
 # Returns, per postings block the chunks held, the offsets of the chunks removed from it, and
-# the chunks' and terms' totals in every row (for the corpus counters); the blocks are then
-# rewritten without them (:func:`.writes.remove_postings`).
+# in every row each collection's chunks and terms removed (for the counters); the blocks are
+# then rewritten without them (:func:`.writes.remove_postings`).
 DELETE_DOCUMENTS = f"""
     WITH gone AS (
         DELETE FROM chunks WHERE document_id = ANY (%(ids)s)
         RETURNING pk, collection, tsv, n_terms
     ), gone_documents AS (
         DELETE FROM documents WHERE id = ANY (%(ids)s)
+    ), per_collection AS (
+        SELECT collection, count(*) AS chunks, coalesce(sum(n_terms), 0) AS terms
+        FROM gone GROUP BY collection
     ), totals AS (
-        SELECT count(*) AS chunks, coalesce(sum(n_terms), 0) AS terms FROM gone
+        SELECT array_agg(collection) AS collections, array_agg(chunks) AS chunks,
+               array_agg(terms) AS terms
+        FROM per_collection
     )
-    SELECT totals.chunks, totals.terms, b.lexeme, b.collection, b.segment, b.offsets
+    SELECT totals.collections, totals.chunks, totals.terms,
+           b.lexeme, b.collection, b.segment, b.offsets
     FROM totals LEFT JOIN (
         SELECT t.lexeme, g.collection, g.pk >> {SEGMENT_BITS} AS segment,
                array_agg((g.pk & {SEGMENT_SIZE - 1})::integer) AS offsets
@@ -282,7 +305,7 @@ COPY_VECTOR_STAGING = "COPY vectors_in (text_hash, embedding) FROM STDIN (FORMAT
 # each text twice: 1.7 times the parsing time); the vectors given (from the embedding cache)
 # beside them; their postings appended to the blocks, one row per block the batch touches, in
 # key order (so two writers lock blocks in one order); the vectors given into the embedding
-# cache when a model is recorded. Returns the chunks and terms added.
+# cache when a model is recorded. Returns each collection's chunks and terms added.
 MERGE_STAGING = f"""
     WITH new AS (
         INSERT INTO chunks (id, document_id, collection, position, content, heading_path,
@@ -315,7 +338,7 @@ MERGE_STAGING = f"""
         WHERE %(model_id)s::text IS NOT NULL AND embedding IS NOT NULL
         ON CONFLICT DO NOTHING
     )
-    SELECT count(*), coalesce(sum(n_terms), 0) FROM new
+    SELECT collection, count(*), coalesce(sum(n_terms), 0) FROM new GROUP BY collection
 """
 # New chunks' tsvectors wait in the GIN index's pending list (fastupdate) until it passes
 # gin_pending_list_limit (4 MB), and every phrase lookup reads the whole list: ingestion's
@@ -328,36 +351,64 @@ FLUSH_PENDING_TSVECTORS = """
 """
 # The query's lexemes, as the chunks' tsvectors have them (Snowball stemming, stopwords dropped).
 QUERY_LEXEMES = f"SELECT tsvector_to_array(to_tsvector('{TEXT_CONFIG}', %s))"
-# The blocks of the query's lexemes but those the process holds already (.postings_cache): per
-# lexeme its document frequency (over every collection, as the corpus size and average length
-# from the counters are) and the blocks in scope, concatenated in order with their segments,
-# counts and collections (NULL when none is in scope). Parameters: the lexemes, the lexemes
-# held, the collections (NULL: all).
-_IN_SCOPE = (
-    "FILTER (WHERE %(collections)s::text[] IS NULL OR p.collection = ANY (%(collections)s::text[]))"
-)
-KEYWORD_BLOCKS = f"""
-    SELECT p.lexeme, sum(p.n),
-           string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment) {_IN_SCOPE},
-           array_agg(p.segment ORDER BY p.collection, p.segment) {_IN_SCOPE},
-           array_agg(p.n ORDER BY p.collection, p.segment) {_IN_SCOPE},
-           array_agg(p.collection ORDER BY p.collection, p.segment) {_IN_SCOPE}
+# The blocks of the query's lexemes in scope but those the process holds already
+# (.postings_cache): per lexeme its blocks, concatenated in order, with their segments, counts
+# and collections (its document frequency in scope is their count of entries). A lexeme no
+# chunk in scope holds has no row. Parameters: the lexemes, the lexemes held, and for a scoped
+# query the collections.
+_BLOCKS = """
+    SELECT p.lexeme,
+           string_agg(p.entries, ''::bytea ORDER BY p.collection, p.segment),
+           array_agg(p.segment ORDER BY p.collection, p.segment),
+           array_agg(p.n ORDER BY p.collection, p.segment),
+           array_agg(p.collection ORDER BY p.collection, p.segment)
     FROM postings_blocks p
-    WHERE p.lexeme = ANY (%(lexemes)s::text[]) AND p.lexeme <> ALL (%(held)s::text[])
+    WHERE p.lexeme = ANY (%(lexemes)s::text[]) AND p.lexeme <> ALL (%(held)s::text[]){scope}
     GROUP BY p.lexeme
 """
-# The corpus size, its average length and its count of writes (:mod:`.postings_cache`).
-CORPUS_TOTALS = """
+_WRITES = "SELECT coalesce(sum(writes), 0)::int8 FROM corpus_counters"
+# The chunk count, the average length (from the counters: of the corpus, or of the scope's
+# collections) and the count of writes (:mod:`.postings_cache`).
+_TOTALS = """
     SELECT greatest(coalesce(sum(chunks), 0), 1)::float8,
            greatest(coalesce(sum(terms), 0)::float8 / greatest(coalesce(sum(chunks), 0), 1), 1),
-           coalesce(sum(writes), 0)::int8
-    FROM corpus_counters
+           {writes}
+    FROM {counters}
 """
-# The corpus totals with the blocks: one round trip a query.
-KEYWORD_QUERY = f"""
-    WITH totals (chunks, average_length, writes) AS ({CORPUS_TOTALS}),
-         blocks (lexeme, df, entries, segments, counts, collections) AS ({KEYWORD_BLOCKS})
+_KEYWORD_QUERY = """
+    WITH totals (chunks, average_length, writes) AS ({totals}),
+         blocks (lexeme, entries, segments, counts, collections) AS ({blocks})
     SELECT totals.*, blocks.* FROM totals LEFT JOIN blocks ON true
+"""
+# The totals with the blocks, one round trip a query: over the whole corpus, and over the
+# collections of a scope (BM25's statistics are the scope's: nothing outside it moves a score)
+KEYWORD_QUERY = _KEYWORD_QUERY.format(
+    totals=_TOTALS.format(writes="coalesce(sum(writes), 0)::int8", counters="corpus_counters"),
+    blocks=_BLOCKS.format(scope=""),
+)
+SCOPED_KEYWORD_QUERY = _KEYWORD_QUERY.format(
+    totals=_TOTALS.format(
+        writes=f"({_WRITES})",
+        counters="collection_counters WHERE collection = ANY (%(collections)s::text[])",
+    ),
+    blocks=_BLOCKS.format(scope=" AND p.collection = ANY (%(collections)s::text[])"),
+)
+# Each collection's chunks and terms added (removed: negative) and the count of writes, in the
+# rows of this connection's slot; collections in order, so two writers lock rows in one order.
+COUNT_ROWS = """
+    WITH per_collection AS (
+        INSERT INTO collection_counters AS c (collection, slot, chunks, terms)
+        SELECT k.collection, pg_backend_pid() %% %(slots)s, k.chunks, k.terms
+        FROM unnest(%(collections)s::text[], %(chunks)s::int8[], %(terms)s::int8[])
+            AS k (collection, chunks, terms)
+        ORDER BY k.collection
+        ON CONFLICT (collection, slot) DO UPDATE
+        SET chunks = c.chunks + excluded.chunks, terms = c.terms + excluded.terms
+    )
+    INSERT INTO corpus_counters AS t
+    VALUES (pg_backend_pid() %% %(slots)s, %(all_chunks)s, %(all_terms)s, 1)
+    ON CONFLICT (slot) DO UPDATE SET chunks = t.chunks + excluded.chunks,
+        terms = t.terms + excluded.terms, writes = t.writes + 1
 """
 
 

@@ -21,6 +21,7 @@ from ragloop.kb.stores.postgres import postings
 from ragloop.kb.stores.postgres.schema import (
     COPY_STAGING,
     COPY_VECTOR_STAGING,
+    COUNT_ROWS,
     COUNTER_SLOTS,
     CREATE_STAGING,
     CREATE_VECTOR_STAGING,
@@ -50,6 +51,7 @@ from ragloop.kb.stores.postgres.connection import (
 )
 
 logger = logging.getLogger("ragloop")
+Totals = dict[str, tuple[int, int]]  # collection -> (chunks, terms)
 
 BULK_VECTORS = 2_000  # vectors added at once from which the HNSW index is built after them
 # ... when they are at least this share of the vectors stored: inserting into the graph cost
@@ -73,7 +75,7 @@ class PostgresWrites(PostgresDatabase):
         }
 
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> PreviousHashes:
-            removed = (0, 0)
+            removed: Totals = {}
             previous: PreviousHashes = dict.fromkeys(latest)
             if latest:
                 conn.execute(LOCK_SOURCES, ([source for _, source in latest],))
@@ -87,12 +89,12 @@ class PostgresWrites(PostgresDatabase):
                 ).fetchall()
                 previous.update({(c, s): h for _, c, s, h in stored})
                 removed = delete_documents(conn, [row[0] for row in stored])
-            added = self._insert(conn, latest) if latest else (0, 0)
+            added = self._insert(conn, latest) if latest else {}
             self._insert_links(conn, links)
-            if added[0]:
+            if any(chunks for chunks, _ in added.values()):
                 conn.execute(FLUSH_PENDING_TSVECTORS)
             if latest:  # links alone change no postings
-                count_rows(conn, added[0] - removed[0], added[1] - removed[1])
+                count_rows(conn, added, removed)
             return previous
 
         return self._write(work)
@@ -101,9 +103,9 @@ class PostgresWrites(PostgresDatabase):
         self,
         conn: psycopg.Connection[tuple[Any, ...]],
         documents: dict[tuple[str, str], tuple[DocumentRecord, list[ChunkRecord]]],
-    ) -> tuple[int, int]:
+    ) -> Totals:
         """Insert documents (none stored) with their chunks, postings and cached vectors:
-        (chunks, terms) added."""
+        each collection's (chunks, terms) added."""
         rows = conn.execute(
             INSERT_DOCUMENTS,
             [
@@ -141,9 +143,8 @@ class PostgresWrites(PostgresDatabase):
         model = self._recorded_model(conn)
         added = conn.execute(
             MERGE_STAGING, {"model_id": None if model is None else model[0]}, prepare=False
-        ).fetchone()
-        assert added is not None
-        return int(added[0]), int(added[1])
+        ).fetchall()
+        return {collection: (int(chunks), int(terms)) for collection, chunks, terms in added}
 
     def delete_document(self, source: str, collection: str | None = None) -> int:
         def work(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
@@ -154,8 +155,7 @@ class PostgresWrites(PostgresDatabase):
                 row[0] for row in conn.execute(f"SELECT id FROM documents WHERE {where}", params)
             ]
             if ids:
-                chunks, terms = delete_documents(conn, ids)
-                count_rows(conn, -chunks, -terms)
+                count_rows(conn, {}, delete_documents(conn, ids))
             return len(ids)
 
         return self._write(work)
@@ -339,19 +339,23 @@ class PostgresWrites(PostgresDatabase):
         )
 
 
-def delete_documents(conn: psycopg.Connection[tuple[Any, ...]], ids: list[int]) -> tuple[int, int]:
-    """Delete documents by id with their chunks, postings and links: (chunks, terms) removed.
+def delete_documents(conn: psycopg.Connection[tuple[Any, ...]], ids: list[int]) -> Totals:
+    """Delete documents by id with their chunks, postings and links: each collection's
+    (chunks, terms) removed.
     Planned each time, never prepared (as the other statements joining a batch's arrays to a
     table): psycopg prepares a statement run five times, and PostgreSQL may then keep a
     generic plan made while the tables were small (a scan of every posting for each document
     replaced: 75 ms a document at 10,000 chunks)."""
     if not ids:
-        return 0, 0
+        return {}
     rows = conn.execute(DELETE_DOCUMENTS, {"ids": ids}, prepare=False).fetchall()
-    blocks = {(row[2], row[3], row[4]): row[5] for row in rows if row[2] is not None}
+    blocks = {(row[3], row[4], row[5]): row[6] for row in rows if row[3] is not None}
     if blocks:
         remove_postings(conn, blocks)
-    return (int(rows[0][0]), int(rows[0][1])) if rows else (0, 0)
+    if not rows or rows[0][0] is None:  # no chunk removed
+        return {}
+    collections, chunks, terms = rows[0][:3]
+    return {name: (int(n), int(t)) for name, n, t in zip(collections, chunks, terms, strict=True)}
 
 
 def remove_postings(
@@ -384,14 +388,27 @@ def remove_postings(
         conn.execute(DROP_EMPTY_BLOCKS, columns[:3], prepare=False)
 
 
-def count_rows(conn: psycopg.Connection[tuple[Any, ...]], chunks: int, terms: int) -> None:
-    """Add to the corpus counters, and one to the count of writes (which tells every process
-    its cached postings are of an earlier state), in the row of this connection's slot (so
-    concurrent writers rarely wait for each other; the statement comes last, so the row is held
-    only to commit)."""
+def count_rows(conn: psycopg.Connection[tuple[Any, ...]], added: Totals, removed: Totals) -> None:
+    """Add to each collection's counters and the corpus' (``added`` less ``removed``), and one
+    to the count of writes (which tells every process its cached postings are of an earlier
+    state), in the rows of this connection's slot (so concurrent writers rarely wait for each
+    other; the statement comes last, so the rows are held only to commit)."""
+    changes = {
+        name: (
+            added.get(name, (0, 0))[0] - removed.get(name, (0, 0))[0],
+            added.get(name, (0, 0))[1] - removed.get(name, (0, 0))[1],
+        )
+        for name in sorted({*added, *removed})
+    }
+    changes = {name: change for name, change in changes.items() if change != (0, 0)}
     conn.execute(
-        "INSERT INTO corpus_counters VALUES (pg_backend_pid() %% %s, %s, %s, 1) "
-        "ON CONFLICT (slot) DO UPDATE SET chunks = corpus_counters.chunks + excluded.chunks, "
-        "terms = corpus_counters.terms + excluded.terms, writes = corpus_counters.writes + 1",
-        (COUNTER_SLOTS, chunks, terms),
+        COUNT_ROWS,
+        {
+            "slots": COUNTER_SLOTS,
+            "collections": list(changes),
+            "chunks": [chunks for chunks, _ in changes.values()],
+            "terms": [terms for _, terms in changes.values()],
+            "all_chunks": sum(chunks for chunks, _ in changes.values()),
+            "all_terms": sum(terms for _, terms in changes.values()),
+        },
     )

@@ -110,20 +110,26 @@ class SavedIndexes(Database):
         """Which rows of an index the scope admits (None: all)."""
         if scope.collections is None and not scope.filters:
             return None
-        pks = rows.pks
-        mask = np.ones(len(pks), dtype=bool)
+        mask = None
         if scope.collections is not None:
             wanted = [code for code, name in enumerate(rows.names) if name in scope.collections]
-            mask &= np.isin(rows.collections, wanted)
-        if scope.filters:
-            where, params = self._scope_sql(scope)
-            allowed = [
-                row[0]
-                for row in self._conn().execute(
-                    "SELECT c.pk FROM chunks c JOIN documents d ON d.id = c.document_id "
-                    f"WHERE {where}",
-                    params,
-                )
-            ]
-            mask &= np.isin(pks, np.array(allowed, dtype=np.int64))
+            mask = np.isin(rows.collections, wanted)
+        return self._filters_mask(rows, scope, mask) if scope.filters else mask
+
+    def _filters_mask(
+        self, rows: IndexRows, scope: Scope, mask: npt.NDArray[np.bool_] | None
+    ) -> npt.NDArray[np.bool_]:
+        """The rows of ``mask`` (None: all) the scope's filters admit."""
+        pks = rows.pks
+        # a copy: the mask given may be one a keyword index keeps for its scope
+        mask = np.ones(len(pks), dtype=bool) if mask is None else mask.copy()
+        where, params = self._scope_sql(scope)
+        allowed = [
+            row[0]
+            for row in self._conn().execute(
+                f"SELECT c.pk FROM chunks c JOIN documents d ON d.id = c.document_id WHERE {where}",
+                params,
+            )
+        ]
+        mask &= np.isin(pks, np.array(allowed, dtype=np.int64))
         return mask

@@ -5,8 +5,8 @@ a write changed the file."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +17,7 @@ from ragloop.kb.index import saved_arrays
 from ragloop.kb.index.bm25 import (
     BM25Index,
     PostingsBlock,
+    Within,
     analyze,
     block,
     unpack,
@@ -25,6 +26,8 @@ from ragloop.kb.stores.sqlite.database import guarded, snapshot
 from ragloop.kb.stores.sqlite.indexes import IndexRows, SavedIndexes, row_block
 from ragloop.kb.stores.sqlite.schema import BLOCK
 
+SCOPES_KEPT = 16  # the collection scopes an index keeps the statistics of
+
 
 @dataclass
 class _KeywordIndex:
@@ -32,6 +35,31 @@ class _KeywordIndex:
     rows: IndexRows
     bm25: BM25Index
     saved: bool = False  # mapped from the file saved beside the knowledge base
+    # per collection scope: which rows it holds (None: all) and their statistics, for this
+    # state of the index (a server's keys ask the same few scopes again and again)
+    scopes: dict[frozenset[str], tuple[npt.NDArray[np.bool_] | None, Within | None]] = field(
+        default_factory=dict
+    )
+
+    def scoped(
+        self, collections: Sequence[str] | None
+    ) -> tuple[npt.NDArray[np.bool_] | None, Within | None]:
+        """The rows of these collections (None: every row) and their statistics (None: those
+        of every row)."""
+        if collections is None:
+            return None, None
+        key = frozenset(collections)
+        found = self.scopes.get(key)
+        if found is None:
+            codes = np.zeros(len(self.rows.names), dtype=bool)
+            codes[[code for code, name in enumerate(self.rows.names) if name in key]] = True
+            mask = codes[self.rows.collections]
+            within = self.bm25.within(mask)
+            found = (None if within is None else mask, within)
+            if len(self.scopes) >= SCOPES_KEPT:
+                self.scopes.clear()
+            self.scopes[key] = found
+        return found
 
 
 class KeywordSearch(SavedIndexes):
@@ -87,6 +115,8 @@ class KeywordSearch(SavedIndexes):
         if saved is None:
             return None
         arrays, _, rows = saved
+        if not set(BM25Index.ARRAYS) <= set(arrays):  # saved before scoped statistics: rebuilt
+            return None
         bm25 = BM25Index.from_arrays(len(rows.pks), arrays)
         if bm25 is None:
             saved_arrays.damaged(path, "its postings do not hold together")
@@ -108,6 +138,9 @@ class KeywordSearch(SavedIndexes):
             return []
         index = self._keyword_index()
         ids = self._term_ids(self._conn(), terms, add=False)
-        mask = self._scope_mask(index.rows, scope)
-        hits = index.bm25.search([ids[t] for t in terms if t in ids], top_k, mask)
+        in_collections, within = index.scoped(scope.collections)  # whose statistics count
+        mask = in_collections
+        if scope.filters:
+            mask = self._filters_mask(index.rows, scope, in_collections)
+        hits = index.bm25.search([ids[t] for t in terms if t in ids], top_k, mask, within)
         return [(int(index.rows.pks[i]), score, raw) for i, score, raw in hits]
