@@ -60,8 +60,8 @@ class ExtractiveGenerator:
     ("Which module should I use to ...?") is answered with the name of the API the passage
     documents, from its heading, then the sentence that says what it is for: "`timeit`: This
     module provides a simple way to time small bits of Python code." So is the part of a
-    multi-part question that asks for one ("..., and which OrderedDict method moves a key to
-    either end?": "move_to_end(key, last=True): Move an existing key to either end ...").
+    multi-part question that asks for one ("..., and which list method adds an item at the
+    end?": "append(x): Add an item to the end of the list.").
     (:mod:`ragloop.components.heuristics.naming`).
 
     An answer whose confidence is below ``unsure_below`` (0.5) starts with "The documents may

@@ -140,10 +140,12 @@ class Corpus:
         self._vector_cache = vector_cache
         self.sample_size = sample_size
         self._lock = threading.Lock()
-        self._samples: _Lru[str, list[Chunk]] = _Lru(256)
+        # bounded so a server that answers for months holds no more than a few megabytes a
+        # corpus: a run reuses its own samples and vectors; words also persist in the store
+        self._samples: _Lru[str, list[Chunk]] = _Lru(64)
         self._mentions: _Lru[str, bool] = _Lru(4096)
         self._substitutes: _Lru[str, list[str]] = _Lru(4096)
-        self._vectors: _Lru[str, npt.NDArray[np.float32]] = _Lru(20000)
+        self._vectors: _Lru[str, npt.NDArray[np.float32]] = _Lru(8192)
 
     @classmethod
     def of(cls, source: Any, **options: Any) -> Corpus:

@@ -242,7 +242,7 @@ def section_name(sentence: Sentence, asked: QuestionProfile, *, naming: str | No
     title (with ``naming``, an answer type of :data:`HEADING_NAMED`: the first of them that
     gives one, such as the name of some code); a long signature is cut to its name and the
     parameters the question ``asked`` names (``json.dumps(...)``,
-    ``sqlite3.connect(..., isolation_level='DEFERRED', ...)``: their defaults may be the
+    ``json.dumps(..., indent=None, ...)``: their defaults may be the
     answer)."""
     names = [n for n in (sentence.heading, sentence.title) if n]
     if naming:
@@ -279,7 +279,7 @@ def named_parameters(asked: QuestionProfile) -> set[str]:
 
 
 def parameter_name(parameter: str) -> str:
-    """``isolation_level`` of ``isolation_level='DEFERRED'``, ``args`` of ``*args``."""
+    """``indent`` of ``indent=None``, ``args`` of ``*args``."""
     return re.split(r"[=:\[]", parameter, maxsplit=1)[0].strip().lstrip("*").strip()
 
 

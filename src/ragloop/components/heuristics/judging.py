@@ -221,8 +221,8 @@ def part_answered(
 ) -> bool:
     """Whether one claim of an answer, read under its chunk's headings, answers one part of a
     multi-part question: it says at least half of the part's weighted terms, names the part's
-    code names ("the default isolation_level of sqlite3.connect()" is not answered by another
-    argument of sqlite3.connect()) and gives a value of the kind the part asks for (a version,
+    code names ("the default indent of json.dumps()" is not answered by another argument of
+    json.dumps()) and gives a value of the kind the part asks for (a version,
     a number, ...). Words gathered from different claims do not answer a part: "added in
     Python 3.9" (about classmethod) and "typing.Self: see PEP 673" do not say when typing.Self
     was added."""

@@ -3,8 +3,8 @@
 Documentation names what it documents in its headings: an API's section is headed by its
 signature (``textwrap.dedent(text)``), a module's page by "name — what it is" (``timeit —
 Measure execution time of small code snippets``), and the first sentence under it says what the
-thing is for. So when a question asks for an API by what it does ("Which standard module should
-I use to benchmark ...?"), the extractive answer leads with the name the chosen passage's
+thing is for. So when a question asks for an API by what it does ("Is there a module for
+measuring how long code runs?"), the extractive answer leads with the name the chosen passage's
 headings give, then the sentence of that passage that says what it is for:
 
     `timeit`: This module provides a simple way to time small bits of Python code. [1]
@@ -44,7 +44,7 @@ def asks_for_name(question: QuestionProfile) -> str:
     """Whether the answer should lead with an API's name: ``"kind"`` when a one-part question
     of answer type ``api`` (:mod:`ragloop.components.heuristics.questions`) names the kind of
     thing it wants ("Which module ...?", "Is there a function that ...?"), ``"how"`` when it only
-    asks how to do something ("How do I strip the shared indentation ...?": then only a code name
+    asks how to do something ("How do I wrap a long paragraph ...?": then only a code name
     in the headings is taken for the answer, not any title), else ``""``."""
     if question.answer_type != "api" or question.is_multi_part:
         return ""

@@ -228,7 +228,7 @@ class QuestionProfile:
 _BACK_REFERENCE = re.compile(r"\b(?:it|its|they|them|their)\b", re.IGNORECASE)
 
 
-# "In which Python version were <assignment expressions> added": after the question word and
+# "In which Python version were <f-strings> added": after the question word and
 # its auxiliary, the words up to the verb (a participle or a verb questions end on)
 _SUBJECT = re.compile(
     r"^\s*(?:\w+\s+)?(?:what|which|when|where|why|how|who)\b[^,?]*?\s"
@@ -241,7 +241,7 @@ _SUBJECT = re.compile(
 
 
 # "What exception is raised when ...": the thing asked for is the subject, and a later "it" is
-# that answer ("..., and which exception is it a subclass of?"), not a name of the first part
+# that answer ("..., and which class does it derive from?"), not a name of the first part
 _ANSWER_IS_SUBJECT = re.compile(
     r"^\s*(?:what|which)\b(?:\s+[\w-]+){0,3}?\s+(?:is|are|was|were)\s+\w+(?:ed|en)\b", re.I
 )
@@ -259,8 +259,8 @@ def refers_back(clause: str) -> bool:
 
 
 def subject_phrase(clause: str) -> list[str]:
-    """The subject of a question clause ("assignment expressions" in "In which Python version
-    were assignment expressions (the := operator) added"), as a one-element list, or [] when
+    """The subject of a question clause ("f-strings" in "In which Python version were f-strings
+    (formatted string literals) added"), as a one-element list, or [] when
     the clause is not shaped "question word ... auxiliary subject verb"."""
     match = _SUBJECT.match(clause)
     subject = match["subject"].strip() if match else ""

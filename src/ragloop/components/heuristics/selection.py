@@ -98,7 +98,7 @@ def _best_for_part(
     """A part's best sentence; when an earlier part already took it, the part's best other one
     that gives the kind of value the part asks for (an exception, a version, ...), if it scores
     within ``CONTINUATION_GAP`` log-odds: such a part asks for a value of its own ("..., and
-    which exception is it a subclass of?")."""
+    which class does it derive from?")."""
     candidates = [s for s in ranking if _relevant(s, asked)]
     if not candidates or by_key[(candidates[0].chunk, candidates[0].position)] not in chosen:
         return candidates[0] if candidates else None
@@ -149,7 +149,7 @@ def rank_for_parts(
     alone (copies: the sentences themselves keep their scores for the whole question). When
     the first part asks for its subject ("What exception is raised when ...") a later part's
     "it" is that answer, read as the name the first part's best sentence gives ("..., and
-    which exception is it a subclass of (dataclasses.FrozenInstanceError)")."""
+    which class does it derive from (KeyError)")."""
     if not question.is_multi_part:
         return []
     rankings: list[list[Sentence]] = []
