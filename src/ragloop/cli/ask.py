@@ -10,6 +10,7 @@ from typing import Any, cast
 import click
 
 from ragloop.cli.common import (
+    InputError,
     console,
     errors,
     kb_option,
@@ -183,6 +184,10 @@ def ask(
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
     configured = config_settings()
+    if question is not None:  # the server's limit: what it refuses, ask refuses the same way
+        refused = configured.server.question_refusal(question)
+        if refused is not None:
+            raise InputError(refused[1])
     engine = engine or configured.engine.default
     model_options = configured.model.options() if model_spec is None else {}
     model_spec = model_spec if model_spec is not None else configured.model.spec

@@ -35,7 +35,7 @@ from ragloop.kb.ingest.sources import upload_names
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.server import errors, openai_compat
-from ragloop.server.access import CallerDep, KeyGate, LocalGuard, check_cors
+from ragloop.server.access import AccessLog, CallerDep, KeyGate, LocalGuard, check_cors
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import (
     AskRequest,
@@ -59,6 +59,13 @@ from ragloop.server.schemas import (
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service
 
 logger = logging.getLogger("ragloop.server")
+# the page's icon: a loop that comes back on itself
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" '
+    'rx="7" fill="#2563eb"/><path d="M23 12.5A8 8 0 1 0 24 18" fill="none" stroke="#fff" '
+    'stroke-width="3.2" stroke-linecap="round"/><path d="M18.5 10.5l5 1.5 1-5" fill="none" '
+    'stroke="#fff" stroke-width="3.2" stroke-linecap="round" stroke-linejoin="round"/></svg>'
+)
 
 Result = LoopResult | AgentResult | RetrievalResult
 
@@ -107,6 +114,8 @@ def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = Non
     app.add_middleware(KeyGate, access=service.access, refuse=errors.refusal)
     # added last, so it runs first: without keys, other sites' pages are refused before anything
     app.add_middleware(LocalGuard, access=service.access)
+    if settings.access_log:  # outermost: a refused request is logged too
+        app.add_middleware(AccessLog, access=service.access)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -141,6 +150,14 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
         return HTMLResponse(_page())
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    @app.get("/favicon.svg", include_in_schema=False)
+    def favicon() -> Response:
+        # an SVG under both names: browsers ask for /favicon.ico whatever the page links
+        return Response(
+            FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+        )
 
     @app.post("/v1/search", response_model=SearchResponse, tags=["retrieval"])
     async def search(body: SearchRequest, caller: CallerDep) -> SearchResponse:
@@ -304,14 +321,19 @@ def _routes(app: FastAPI, service: Service) -> None:
         report = await service.add_files(caller, given, collection)
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
-    @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
+    @app.delete(
+        "/v1/documents",
+        response_model=DeleteResponse,
+        tags=["documents"],
+        responses={404: {"description": "No such document where the key may change it."}},
+    )
     async def delete(
         caller: CallerDep,
         source: Annotated[str, Query(min_length=1)],
         collection: Annotated[str | None, Query()] = None,
     ) -> DeleteResponse:
         """Delete a document by its source (from every collection the key may change unless
-        one is named). Admin keys only, in their collections."""
+        one is named). Admin keys only, in their collections. No such document: 404."""
         return DeleteResponse(removed=await service.delete(caller, source, collection))
 
 

@@ -53,7 +53,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ragloop.core.records.gaps import EvidenceGaps
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.server import errors
-from ragloop.server.access import AccessDenied, Caller, LocalGuard, key_of
+from ragloop.server.access import AccessDenied, AccessLog, Caller, LocalGuard, key_of
 from ragloop.server.service import Outcome, Service, chat_text
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False, idempotent_hint=True)
@@ -536,6 +536,8 @@ def mcp_http_app(service: Service, *, path: str = "/mcp", guarded: bool = True) 
     )
     app.add_middleware(KeyCheck, service=service)
     app.add_middleware(LoopCapture, notices=notices)
-    if guarded:
+    if guarded:  # served alone (`ragloop mcp`); inside `ragloop serve` its app does both
         app.add_middleware(LocalGuard, access=service.access)
+        if service.settings.server.access_log:
+            app.add_middleware(AccessLog, access=service.access)
     return app

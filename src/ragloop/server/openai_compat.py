@@ -115,7 +115,7 @@ def add_routes(app: FastAPI, service: Service) -> None:
     async def chat(request: Request, body: ChatRequest, caller: CallerDep) -> Response:
         """Ask a loop in OpenAI's chat completions format (streamed with ``stream: true``)."""
         kind = engine_of(body.model, default)
-        service.check_question(question_of(body.messages))
+        service.check_question(question_of(body.messages), "messages (the last user message)")
         turns = [Turn(m.role, text_of(m)) for m in body.messages]
         slot = await service.access.enter(caller)  # the rewrite's model call holds one too
         try:

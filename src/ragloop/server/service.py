@@ -35,7 +35,7 @@ from ragloop.kb.ingest.sources import upload_names
 from ragloop.kb.knowledge_base import Document, KnowledgeBase, SearchMode
 from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.observability.staleness import RUNS_SCANNED, StaleSource, stale_sources
+from ragloop.observability.staleness import RUNS_SCANNED, StaleSource, replayed, stale_sources
 from ragloop.observability.stream import RunStream
 from ragloop.observability.trace_stores import (
     PostgresTraceStore,
@@ -200,12 +200,12 @@ class Service:
                 caps[name] = _lowest(caps[name], value)
         return Budget(**caps)
 
-    def check_question(self, question: str) -> str:
-        limit = self.settings.server.max_question_chars
-        if not isinstance(question, str) or not question.strip():
-            raise AccessDenied(422, "question: give a question")
-        if len(question) > limit:
-            raise AccessDenied(413, f"question: longer than {limit} characters")
+    def check_question(self, question: str, field: str = "question") -> str:
+        """``question`` if the server takes it; refused (422 empty, 413 too long) naming
+        ``field``, the name the caller sent it under (``query``, ``messages``)."""
+        refused = self.settings.server.question_refusal(question, field)
+        if refused is not None:
+            raise AccessDenied(*refused)
         return question
 
     def check_collections(self, caller: Caller, requested: str | Sequence[str] | None) -> None:
@@ -236,7 +236,7 @@ class Service:
         collections: str | Sequence[str] | None = None,
         mode: SearchMode = "hybrid",
     ) -> list[Chunk]:
-        self.check_question(query)
+        self.check_question(query, "query")
         scope = caller.scope(collections)
         self.check_collections(caller, collections)
         collection = None if scope is None else list(scope)
@@ -315,8 +315,10 @@ class Service:
         found = []
         reads_all = caller.admin and caller.collections is None
         scanned = limit if reads_all and not stale_only else RUNS_SCANNED
-        for record in self.traces.list(scanned):
-            if not caller.may_read_run(record.meta):
+        listed = self.traces.list(scanned)
+        answered = replayed(listed) if stale_only else set()  # a replayed run is answered
+        for record in listed:
+            if not caller.may_read_run(record.meta) or record.id in answered:
                 continue
             stale = stale_sources(record, version_of)
             if stale or not stale_only:
@@ -354,19 +356,27 @@ class Service:
 
     async def delete(self, caller: Caller, source: str, collection: str | None) -> int:
         """Delete a document by its source from ``collection`` (None: from every collection
-        the caller may change); how many were removed."""
+        the caller may change); how many were removed. Nothing to remove is a 404: a typo in
+        a source is not a success."""
         within = caller.writable(collection)
         if within is None:
             removed = await asyncio.to_thread(self.kb.delete, source)
             if removed:
                 self.documents_changed(None, [source])
-            return removed
-        removed = 0
-        for name in within:
-            here = await asyncio.to_thread(self.kb.delete, source, collection=name)
-            if here:
-                self.documents_changed(name, [source])
-            removed += here
+        else:
+            removed = 0
+            for name in within:
+                here = await asyncio.to_thread(self.kb.delete, source, collection=name)
+                if here:
+                    self.documents_changed(name, [source])
+                removed += here
+        if not removed:
+            where = (
+                f"collection {collection!r}"
+                if collection
+                else "the collections this key may change"
+            )
+            raise AccessDenied(404, f"source: no document {source!r} in {where}")
         return removed
 
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
