@@ -272,6 +272,30 @@ class KeyGate:
         await self.app(scope, receive, send)
 
 
+class KeyCheck:
+    """ASGI middleware for MCP served alone (``ragloop mcp --transport http``): refuses a
+    request whose key is missing or unknown (401), or that comes from another machine when the
+    server has no keys (403), before any MCP session starts."""
+
+    def __init__(self, app: ASGIApp, access: AccessControl) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            client = scope.get("client")
+            try:
+                self.access.caller(
+                    key_of(headers.get("authorization"), headers.get("x-api-key")),
+                    client[0] if client else None,
+                )
+            except AccessDenied as error:
+                await error.response()(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 # -- keyless: this machine and this origin only -------------------------------------------------
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -15,7 +15,6 @@ import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from importlib import metadata
 from importlib.resources import files
 from typing import Annotated, Any
 
@@ -56,7 +55,7 @@ from ragloop.server.schemas import (
     TraceOut,
     TracesPage,
 )
-from ragloop.server.service import ENGINE_NAMES, Outcome, Service
+from ragloop.server.service import ENGINE_NAMES, Outcome, Service, version
 
 logger = logging.getLogger("ragloop.server")
 # the page's icon: a loop that comes back on itself
@@ -96,7 +95,7 @@ def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = Non
     # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN
     app = FastAPIOffline(
         title="ragloop",
-        version=_version(),
+        version=version(),
         description="Retrieval loops over your knowledge base: search, ask, retrieve, traces.",
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,
@@ -139,7 +138,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         backend = "postgresql" if service.kb.path is None else "sqlite"
         return Health(
             status="ok",
-            version=_version(),
+            version=version(),
             auth=not service.access.local_only,
             engines=list(ENGINE_NAMES),
             knowledge_base=backend,
@@ -436,13 +435,6 @@ async def _event_stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-def _version() -> str:
-    try:
-        return metadata.version("ragloop")
-    except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout
-        return "0"
 
 
 def _page() -> str:

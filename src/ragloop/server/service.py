@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from ragloop.config import Settings, default_kb_location, kb_traces_location
@@ -32,7 +33,7 @@ from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.kb.ingest.discover import IngestReport
 from ragloop.kb.ingest.sources import upload_names
-from ragloop.kb.knowledge_base import Document, KnowledgeBase, SearchMode
+from ragloop.kb.knowledge_base import Document, DocumentText, KnowledgeBase, SearchMode
 from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.staleness import RUNS_SCANNED, StaleSource, replayed, stale_sources
@@ -379,6 +380,14 @@ class Service:
             raise AccessDenied(404, f"source: no document {source!r} in {where}")
         return removed
 
+    def document(self, caller: Caller, collection: str, source: str) -> DocumentText:
+        """A document read whole, if the caller may read its collection (another key's
+        collection reads as missing, a 404 either way: nothing is given away)."""
+        found = self.kb.document_text(collection, source) if caller.may_read(collection) else None
+        if found is None:
+            raise AccessDenied(404, f"no document {source!r} in collection {collection!r}")
+        return found
+
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
         return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]
 
@@ -398,6 +407,14 @@ class Service:
             if scope is None or doc.collection in scope
         ]
         return len(found), found[offset : offset + limit]
+
+
+def version() -> str:
+    """ragloop's version, as the server names itself (HTTP and MCP)."""
+    try:
+        return metadata.version("ragloop")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout
+        return "0"
 
 
 def check_failed(result: Any) -> None:
