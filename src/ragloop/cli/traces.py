@@ -153,20 +153,34 @@ def list_traces(
         nothing = "no stale runs" if stale else "no traces yet"
         console.print(f"{nothing} in {cell(store.location)}")
         return
+    talks = any(isinstance(r.meta.get("conversation"), str) for r in records)
     rows = []
     for r in records:
         when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M")
-        question = (
-            cell(shorten(r.question, QUESTION_CHARS)) if r.question else "[dim](not recorded)[/]"
-        )
+        asked = r.meta.get("followup") or r.question  # a follow-up: the user's own words
+        question = cell(shorten(str(asked), QUESTION_CHARS)) if asked else "[dim](not recorded)[/]"
         engine = str(r.meta.get("engine") or r.engine)
         stopped = cell(r.stop_reason or "-")
-        cells = [cell(r.id[:12]), when, cell(engine), question, str(r.iterations), stopped]
+        cells = [cell(r.id[:12]), when, cell(engine)]
+        cells += [conversation_cell(r.meta)] if talks else []
+        cells += [question, str(r.iterations), stopped]
         rows.append(cells + ([cell(stale_line(changed[r.id]))] if stale else []))
-    columns: list[Column | str] = ["id", "when", "engine", "question"]
-    columns += [Column("iterations", numeric=True), "stopped"]
+    columns: list[Column | str] = ["id", "when", "engine"]
+    columns += ["conversation"] if talks else []
+    columns += ["question", Column("iterations", numeric=True), "stopped"]
     columns += ["changed since"] if stale else []
     print_table(console, columns, rows, title=store.location)
+    if talks:
+        console.print("[dim]ragloop ask -c QUESTION continues the newest conversation[/]")
+
+
+def conversation_cell(meta: dict[str, Any]) -> str:
+    """``1a2b3c4d5e6f #2``: the conversation a run is a turn of (``ragloop ask --conversation
+    ID`` continues it), and which turn; ``-`` for a run outside any."""
+    conversation, turn = meta.get("conversation"), meta.get("turn")
+    if not isinstance(conversation, str):
+        return "-"
+    return cell(f"{conversation} #{turn}" if isinstance(turn, int) else conversation)
 
 
 @traces_group.command()

@@ -115,6 +115,17 @@ async def _standalone(turns: Sequence[Turn], model: Any | None) -> Rewrite:
     return Rewrite(question, last.text, "heuristic")
 
 
+def rewrite_meta(rewrite: Rewrite, *, content: bool) -> dict[str, Any]:
+    """What the trace keeps of a rewrite: who rewrote the follow-up, and (the user's words are
+    content) the follow-up and the question run when the local trace keeps content
+    (``[traces] content``, on by default)."""
+    if rewrite.by is None:
+        return {}
+    if not content:
+        return {"rewritten_by": rewrite.by}
+    return {"rewritten_by": rewrite.by, "followup": rewrite.followup, "question": rewrite.question}
+
+
 def heuristic(earlier: Sequence[str], followup: str) -> str:
     """``followup`` with the subject of the questions before it filled in (each earlier
     question read with those before it, so a chain of follow-ups keeps its subject)."""

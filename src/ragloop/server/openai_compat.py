@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ragloop.observability.events import LoopEvent
 from ragloop.server import errors
 from ragloop.server.access import CallerDep
-from ragloop.server.conversation import Rewrite, Turn, standalone
+from ragloop.server.conversation import Rewrite, Turn, rewrite_meta, standalone
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import UnicodeText
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service, chat_text
@@ -149,17 +149,6 @@ def add_routes(app: FastAPI, service: Service) -> None:
         if isinstance(outcome, Response):  # the client went away: its run was cancelled
             return outcome
         return JSONResponse(completion.whole(outcome))
-
-
-def rewrite_meta(rewrite: Rewrite, *, content: bool) -> dict[str, Any]:
-    """What the trace keeps of a rewrite: who rewrote the follow-up, and (the user's words are
-    content) the follow-up and the question run when the local trace keeps content
-    (``[traces] content``, on by default)."""
-    if rewrite.by is None:
-        return {}
-    if not content:
-        return {"rewritten_by": rewrite.by}
-    return {"rewritten_by": rewrite.by, "followup": rewrite.followup, "question": rewrite.question}
 
 
 class Completion:
