@@ -11,6 +11,7 @@ run's trace is stored either way.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -35,6 +36,7 @@ from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.server import errors, openai_compat
 from ragloop.server.access import AccessLog, CallerDep, KeyGate, LocalGuard, check_cors
+from ragloop.server.conversation import Rewrite, Turn, rewrite_meta
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import (
     AskRequest,
@@ -178,24 +180,32 @@ def _routes(app: FastAPI, service: Service) -> None:
         caller: CallerDep,
         accept: Annotated[str | None, Header()] = None,
     ) -> Response:
-        """Answer a question with a loop; JSON, or its events as they happen."""
+        """Answer a question with a loop (a follow-up read with its ``history``); JSON, or its
+        events as they happen."""
         kind = body.engine or service.settings.engine.default
+        service.check_question(body.question)
+        rewrite = Rewrite(body.question)
+        if any(turn.role == "user" for turn in body.history):
+            turns = [Turn(t.role, t.content) for t in body.history if t.content.strip()]
+            rewrite = await service.standalone(caller, [*turns, Turn("user", body.question)])
         events = service.run(
             caller,
             kind,
-            body.question,
+            rewrite.question,
             collections=body.collection,
             max_iterations=body.max_iterations,
             top_k=body.top_k,
             target_precision=body.target_precision,
             budget=body.budget,
+            meta=rewrite_meta(rewrite, content=service.settings.traces.content),
         )
+        answer = functools.partial(_answer, kind, rewrite=rewrite)
         if body.stream or _wants_events(accept):
-            return await _event_stream(events, lambda outcome: _answer(kind, outcome))
+            return await _event_stream(events, answer)
         outcome = await unless_disconnected(request, _finish(events))
         if isinstance(outcome, Response):  # the client went away: its run was cancelled
             return outcome
-        return SafeJSONResponse(_answer(kind, outcome).model_dump(mode="json"))
+        return SafeJSONResponse(answer(outcome).model_dump(mode="json"))
 
     @app.post(
         "/v1/retrieve",
@@ -339,7 +349,7 @@ def _routes(app: FastAPI, service: Service) -> None:
 # -- answers ------------------------------------------------------------------------------------
 
 
-def _answer(kind: str, outcome: Outcome) -> AskResponse:
+def _answer(kind: str, outcome: Outcome, *, rewrite: Rewrite | None = None) -> AskResponse:
     result: LoopResult | AgentResult = outcome.result
     return AskResponse(
         run_id=result.run_id,
@@ -359,6 +369,8 @@ def _answer(kind: str, outcome: Outcome) -> AskResponse:
         probability=result.probability,
         target_precision=result.target_precision,
         gaps=result.gaps,
+        followup=rewrite.followup if rewrite else None,
+        rewritten_by=rewrite.by if rewrite else None,
     )
 
 

@@ -53,6 +53,7 @@ from ragloop.observability.traces import (
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.server.access import AccessControl, AccessDenied, Caller
+from ragloop.server.conversation import Rewrite, Turn, standalone
 from ragloop.server.errors import Refusal, ServerMisconfigured
 from ragloop.server.slots import PostgresSlots, ProcessSlots, Slots
 
@@ -226,6 +227,19 @@ class Service:
                 404,
                 f"no collection {missing[0]!r}; this key may read: {', '.join(readable) or 'none'}",
             )
+
+    async def standalone(self, caller: Caller, turns: Sequence[Turn]) -> Rewrite:
+        """The last user turn read with the turns before it, as a question that stands alone
+        (:func:`~ragloop.server.conversation.standalone`: the model's rewrite, else the
+        heuristic); the model's call holds one of the caller's slots and ends at the
+        deadline (a 504 past it)."""
+        slot = await self.access.enter(caller)
+        try:
+            async with asyncio.timeout(self.settings.server.deadline_s):
+                limit = self.settings.server.max_question_chars
+                return await standalone(turns, self.model, max_chars=limit)
+        finally:
+            self.access.leave(slot)
 
     # -- what callers do ----------------------------------------------------------------------
     async def search(
