@@ -90,6 +90,11 @@ def test_the_stream_shows_the_rewritten_question_too(server):
          "What is the return policy?"),  # a new question, not a follow-up
         (["How much is tent hire?"], "Is it possible to return a tent?",
          "Is it possible to return a tent?"),  # an "it" that stands for nothing
+        (["How do I remove common leading whitespace from every line?"],
+         "And how do I add a prefix to each line?",
+         "And how do I add a prefix to each line?"),  # a whole question of its own
+        (["Tell me about the Skylark 2."], "And how long is the warranty?",
+         "How long is the warranty of the Skylark 2?"),  # "the warranty": the Skylark's
     ],
 )  # fmt: skip
 def test_the_offline_rewrite_carries_the_subject(earlier, followup, standalone):
