@@ -26,7 +26,7 @@ from ragloop.core.protocols import Embedder
 from ragloop.kb.embedding.hash_embedder import HashEmbedder
 from ragloop.kb.index.fusion import reciprocal_rank_fusion
 from ragloop.kb.knowledge_base import Document, KnowledgeBase
-from ragloop.kb.stores.base import BatchWrites, ChunkRecord, DocumentChunks, DocumentRecord
+from ragloop.kb.stores.base import BatchWrites, ChunkRecord, DocumentRecord
 
 CORPUS = {
     "returns.md": (
@@ -165,6 +165,8 @@ class KnowledgeBaseConformance:
         assert chunk.source.endswith("returns.md")
 
     def test_a_document_reads_whole_in_its_order(self, kb: KnowledgeBase) -> None:
+        from ragloop.kb.stores.base import DocumentChunks
+
         source = kb.search("sale items final", mode="bm25", top_k=1)[0].source
         found = kb.document_text("default", source)
         assert found is not None
