@@ -93,14 +93,15 @@ def test_at_80_columns_names_fold_and_numbers_stay_whole(corpus):
 
 
 def test_a_long_question_is_shortened_in_listings_only(tmp_path):
-    env = {"RAGLOOP_DEMO_DIR": str(tmp_path)}
+    # a question longer than the server takes: allowed here, as a config may allow it
+    env = {"RAGLOOP_DEMO_DIR": str(tmp_path), "RAGLOOP_SERVER__MAX_QUESTION_CHARS": "200000"}
     question = "How much does the Skylark 2 weigh? " + "Say which page says so. " * 5000
     out = ragloop("ask", "-", "--demo", stdin=question, env=env)
     # it printed thousands of lines before; each hop now lists the chunks its searches found
     assert len(out.splitlines()) < 200
     assert f"({len(question.strip()):,} characters)" in out
     listed = ragloop("traces", "list", "--demo", env=env).splitlines()
-    assert len(listed) == 3  # the title, the header, one trace
-    assert listed[2].split("\t")[3].endswith(f"({len(question.strip()):,} characters)")
+    assert len(listed) == 4  # the title, the header, one trace, how to continue it
+    assert listed[2].split("\t")[4].endswith(f"({len(question.strip()):,} characters)")
     stored = ragloop("traces", "list", "--demo", "--json", env=env)
     assert question.strip() in stored.replace("\\n", "\n")  # the trace holds it whole

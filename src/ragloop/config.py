@@ -190,7 +190,10 @@ class ServerSettings(_Section):
     ``traces`` is where runs are stored: a SQLite file or a ``postgresql://`` URL (default:
     beside a SQLite knowledge base, and in the database of a PostgreSQL one, where every
     server of a fleet reads them). ``workers`` is how many processes ``ragloop serve`` runs
-    on this host (one socket, requests spread by the kernel)."""
+    on this host (one socket, requests spread by the kernel). ``access_log``: one line on
+    stderr per request (method, path, status, milliseconds, the key's name; never the key).
+    ``max_question_chars`` bounds ``ragloop ask`` too: the CLI and the server refuse the same
+    questions, in the same words (:meth:`question_refusal`)."""
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
@@ -205,6 +208,21 @@ class ServerSettings(_Section):
     workers: int = Field(default=1, ge=1, le=64)
     cors_origins: list[str] = Field(default_factory=list)
     mcp: bool = True
+    access_log: bool = True
+
+    def question_refusal(self, text: object, field: str = "question") -> tuple[int, str] | None:
+        """Why a question (or a query) is refused, in the words the CLI and the server both
+        use: ``(422, ...)`` for one that is empty, ``(413, ...)`` for one longer than
+        ``max_question_chars``, None for one that is taken. ``field`` names it as the caller
+        sent it (``query`` for a search)."""
+        if not isinstance(text, str) or not text.strip():
+            return 422, f"{field}: empty; give some text"
+        if len(text) > self.max_question_chars:
+            return 413, (
+                f"{field}: longer than {self.max_question_chars} characters ({len(text)} given; "
+                "[server] max_question_chars)"
+            )
+        return None
 
 
 class MCPSettings(_Section):

@@ -269,3 +269,53 @@ def test_confidence_is_read_from_the_run_not_guessed_from_its_stop(shop):
     assert not RunOutcome.of(record).confident
     del finished.attributes["confident"]  # a trace from before: the stop decides
     assert RunOutcome.of(record).confident
+
+
+def test_each_replayed_run_is_stored_and_traces_show_opens_it(shop, tmp_path):
+    kb_path, _ = shop
+    ask(kb_path, KETTLE_Q)
+    (first,) = stored(kb_path)
+    report_file = tmp_path / "replay.json"
+    code, out = ragloop(
+        "traces", "replay", "--last", "1", "--kb", str(kb_path), "--json", str(report_file)
+    )
+    assert code == 0, out
+    after = json.loads(report_file.read_text())["questions"][0]["after"]["trace_id"]
+    assert f"ragloop traces show {after[:12]} --kb {kb_path}" in " ".join(out.split())
+    code, shown = ragloop("traces", "show", after, "--kb", str(kb_path))
+    assert code == 0, shown
+    assert KETTLE_Q in " ".join(shown.split())
+    again = next(r for r in stored(kb_path) if r.id == after)
+    assert again.meta["replay_of"] == first.id  # it says which run it answered
+    assert again.meta["engine"] == "rag"
+
+
+def test_a_stale_run_replayed_is_answered_and_no_longer_listed_as_stale(shop):
+    kb_path, docs = shop
+    ask(kb_path, KETTLE_Q)
+    (docs / "kettle.md").write_text(KETTLE.replace("ninety", "sixty"))
+    reingest(kb_path, docs)
+    code, out = ragloop("traces", "list", "--stale", "--kb", str(kb_path))
+    assert code == 0, out
+    assert "kettle.md (edited)" in out
+    code, out = ragloop("traces", "replay", "--stale", "--kb", str(kb_path))
+    assert code == 0, out
+    assert "replayed 1 question(s): 1 changed" in out
+    code, out = ragloop("traces", "list", "--stale", "--kb", str(kb_path))
+    assert code == 0, out
+    assert "no stale runs" in out  # the replay answered it, and reads the edit itself
+    code, out = ragloop("traces", "replay", "--stale", "--kb", str(kb_path))
+    assert "replayed 0 question(s)" in out  # the same run does not come back
+
+
+def test_the_html_report_marks_the_words_the_new_answer_dropped_and_added(shop):
+    kb_path, docs = shop
+    ask(kb_path, KETTLE_Q)
+    (docs / "kettle.md").write_text(KETTLE.replace("ninety", "sixty"))
+    reingest(kb_path, docs)
+    kb, make, _ = engines_over(kb_path)
+    page = render_html(replay(stored(kb_path), make))
+    kb.close()
+    assert "<del>ninety</del>" in page
+    assert "<ins>sixty</ins>" in page
+    assert "<del>" not in page.split("<ins>sixty</ins>")[1].split("</td>")[0]  # now: no <del>

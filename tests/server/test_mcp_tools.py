@@ -6,7 +6,6 @@ and ask/retrieve limited to one of the caller's collections."""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -207,9 +206,10 @@ async def test_a_document_is_a_resource_and_a_listener_hears_when_it_changes(kb_
         uri = found.structured_content["results"][0]["resource"]
         assert uri == "ragloop://documents/public/products/skylark-2.md"
         read = await client.read_resource(uri)
-        before = json.loads(read.contents[0].text)
+        before = read.contents[0].meta  # the text is the document's; its _meta, what it is
         assert before["source"] == "products/skylark-2.md"
         assert before["version"] == kb.document_version("public", "products/skylark-2.md")
+        assert "five-year" in read.contents[0].text
 
         async with client.listen(
             resource_subscriptions=[uri], resources_list_changed=True
@@ -229,8 +229,9 @@ async def test_a_document_is_a_resource_and_a_listener_hears_when_it_changes(kb_
                         break
         assert [type(e).__name__ for e in heard] == ["ResourceUpdated", "ResourcesListChanged"]
         assert heard[0].uri == uri
-        after = json.loads((await client.read_resource(uri)).contents[0].text)
-        assert after["version"] != before["version"]
+        after = (await client.read_resource(uri)).contents[0]
+        assert after.meta["version"] != before["version"]
+        assert "ten-year" in after.text
 
         secret = await _refused(client, "ragloop://documents/secret/launch.md")
         assert "secret" in secret

@@ -90,6 +90,11 @@ def test_the_stream_shows_the_rewritten_question_too(server):
          "What is the return policy?"),  # a new question, not a follow-up
         (["How much is tent hire?"], "Is it possible to return a tent?",
          "Is it possible to return a tent?"),  # an "it" that stands for nothing
+        (["How do I remove common leading whitespace from every line?"],
+         "And how do I add a prefix to each line?",
+         "And how do I add a prefix to each line?"),  # a whole question of its own
+        (["Tell me about the Skylark 2."], "And how long is the warranty?",
+         "How long is the warranty of the Skylark 2?"),  # "the warranty": the Skylark's
     ],
 )  # fmt: skip
 def test_the_offline_rewrite_carries_the_subject(earlier, followup, standalone):
@@ -181,3 +186,29 @@ def test_a_rewrite_over_the_limit_is_the_users_own_words():
     short = asyncio.run(standalone(turns, None, max_chars=20))
     assert short.question == "And its weight?"
     assert asyncio.run(standalone(turns, None)).question == "The Skylark 2's weight?"
+
+
+def test_v1_ask_reads_a_follow_up_with_its_history_as_the_page_sends_it(server, content_on):
+    url, _ = server
+    history = [{"role": m["role"], "content": m["content"]} for m in CONVERSATION[:2]]
+    body = {"question": "And what does it weigh?", "history": history}
+    answered = httpx.post(f"{url}/v1/ask", json=body, headers=auth("root"), timeout=120)
+    assert answered.status_code == 200, answered.text
+    result = answered.json()
+    assert result["question"] == "What does the Skylark 2 weigh?"  # what ran
+    assert result["followup"] == "And what does it weigh?"  # what was asked
+    assert result["rewritten_by"] == "heuristic"
+    assert "2.1 kg" in result["answer"]
+    trace = httpx.get(url + result["trace_url"], headers=auth("root")).json()
+    assert trace["meta"]["followup"] == "And what does it weigh?"
+    alone = httpx.post(
+        f"{url}/v1/ask", json={"question": "How much is tent hire?"}, headers=auth("root")
+    ).json()
+    assert (alone["followup"], alone["rewritten_by"]) == (None, None)
+    bad = httpx.post(
+        f"{url}/v1/ask",
+        json={"question": "And its price?", "history": [{"role": "system", "content": "x"}]},
+        headers=auth("root"),
+    )
+    assert bad.status_code == 422
+    assert bad.json()["detail"][0]["loc"] == ["body", "history", 0, "role"]

@@ -50,40 +50,60 @@ def wait(browser, seconds: float = 60) -> WebDriverWait:
     return WebDriverWait(browser, seconds)
 
 
-def ask(browser, url: str, question: str) -> None:
-    browser.get(url + "/")
+def turns(browser) -> list:
+    return browser.find_elements(By.CSS_SELECTOR, "#thread .turn")
+
+
+def ask(browser, url: str, question: str, *, follow_up: bool = False):
+    """Ask ``question`` on the page (a fresh page, unless it follows up in the thread) and
+    wait until its answer is there, whatever its state; the turn."""
+    if not follow_up:
+        browser.get(url + "/")
+    before = len(turns(browser))
     box = browser.find_element(By.ID, "question")
     box.clear()
     box.send_keys(question)
     browser.find_element(By.ID, "ask").click()
-    wait(browser).until(ready.visibility_of_element_located((By.ID, "answer")))
+    return settled(browser, before + 1)
+
+
+def settled(browser, n: int):
+    """The ``n``th turn of the thread, once it is no longer working."""
+
+    def done(b):
+        found = turns(b)
+        if len(found) < n or found[n - 1].get_attribute("data-state") == "working":
+            return None
+        return found[n - 1]
+
+    return wait(browser).until(done)
 
 
 def test_a_person_asks_watches_the_iterations_and_follows_a_citation(browser, kb_file, tmp_path):
     with serving(kb_file, Settings(), tmp_path) as (url, _):  # no keys: local only
-        ask(browser, url, "How much does the Skylark 2 weigh?")
-        browser.find_element(By.CSS_SELECTOR, "#work > summary").click()  # the work, folded
-        steps = browser.find_elements(By.CSS_SELECTOR, "#steps .step")
+        turn = ask(browser, url, "How much does the Skylark 2 weigh?")
+        turn.find_element(By.CSS_SELECTOR, ".work > summary").click()  # the work, folded
+        steps = turn.find_elements(By.CSS_SELECTOR, ".steps .step")
         assert steps, "each iteration is shown as it arrives"
         first = steps[0].text
         assert "Iteration 1" in first
         assert "query" in first
         assert "skylark.md" in first
         assert "verdict" in first  # the evaluator's score and reason
-        answer = browser.find_element(By.ID, "answer-text").text
+        answer = turn.find_element(By.CSS_SELECTOR, ".answer-text").text
         assert "2.1 kg" in answer
-        cite = browser.find_element(By.CSS_SELECTOR, "#answer-text a.cite")
+        cite = turn.find_element(By.CSS_SELECTOR, ".answer-text a.cite")
         cite.click()
         source = wait(browser).until(
-            ready.visibility_of_element_located((By.CSS_SELECTOR, "#answer-sources li.active"))
+            lambda b: turn.find_element(By.CSS_SELECTOR, ".sources li.active")
         )
         assert "skylark.md" in source.text
         chunk = wait(browser).until(
-            ready.visibility_of_element_located((By.CSS_SELECTOR, "li.active .chunk-text"))
+            ready.visibility_of_element_located((By.CSS_SELECTOR, "li.active .passage"))
         )
         assert "2.1 kg" in chunk.text
-        assert "stopped:" in browser.find_element(By.ID, "stop-line").text
-        link = browser.find_element(By.ID, "trace-link")
+        assert "stopped:" in turn.find_element(By.CSS_SELECTOR, ".stop-line").text
+        link = turn.find_element(By.CSS_SELECTOR, ".trace-link")
         run_id = link.get_attribute("data-run-id")
         assert run_id
         link.click()
@@ -107,12 +127,12 @@ def test_with_keys_the_page_asks_for_one_and_the_key_limits_what_it_sees(
         browser.find_element(By.ID, "ask").click()
         status = wait(browser).until(ready.text_to_be_present_in_element((By.ID, "status"), "401"))
         assert status
+        assert settled(browser, 1).get_attribute("data-state") == "error"
         key.send_keys(KEYS["alice"])
         browser.execute_script(
             "document.getElementById('api-key').dispatchEvent(new Event('change'))"
         )
-        browser.find_element(By.ID, "ask").click()
-        wait(browser).until(ready.visibility_of_element_located((By.ID, "answer")))
+        ask(browser, url, "What does the Nimbus tent weigh?", follow_up=True)
         page = browser.find_element(By.TAG_NAME, "main").text
         assert "launch.md" not in page
         assert "900 grams" not in page
@@ -124,21 +144,28 @@ def test_with_keys_the_page_asks_for_one_and_the_key_limits_what_it_sees(
 
 def test_an_unsure_answer_shows_what_was_found_and_what_was_not(browser, kb_file, tmp_path):
     with serving(kb_file, Settings(), tmp_path) as (url, _):
-        ask(browser, url, "How much does the Skylark 2 weigh, and what does a helicopter cost?")
-        gaps = wait(browser).until(ready.visibility_of_element_located((By.ID, "gaps")))
-        parts = [li.text for li in gaps.find_elements(By.CSS_SELECTOR, "#gap-parts li")]
+        turn = ask(
+            browser, url, "How much does the Skylark 2 weigh, and what does a helicopter cost?"
+        )
+        assert turn.get_attribute("data-state") == "unsure"
+        gaps = turn.find_element(By.CSS_SELECTOR, ".gaps")
+        assert gaps.is_displayed()
+        assert gaps.text.startswith("No sure answer was found.")
+        parts = [li.text for li in gaps.find_elements(By.CSS_SELECTOR, ".gap-parts li")]
         assert parts[0].startswith("found How much does the Skylark 2 weigh")
         assert "skylark.md" in parts[0]
         assert parts[1].startswith("not found what does a helicopter cost")
-        assert (
-            "Searched: How much does the Skylark 2 weigh"
-            in browser.find_element(By.ID, "gap-searches").text
-        )
-        assert browser.find_elements(By.CSS_SELECTOR, "#gap-nearest li")
-        assert "chance right" in browser.find_element(By.ID, "stop-line").text
-        ask(browser, url, "How much does the Skylark 2 weigh?")  # confident: no report
-        wait(browser).until(ready.text_to_be_present_in_element((By.ID, "answer-text"), "2.1"))
-        assert not browser.find_element(By.ID, "gaps").is_displayed()
+        searches = turn.find_element(By.CSS_SELECTOR, ".gap-searches").text
+        assert "Searched: How much does the Skylark 2 weigh" in searches
+        closest = gaps.find_elements(By.CSS_SELECTOR, ".gap-closest > li")
+        assert closest  # the closest passages, each with its source and its text
+        assert ".md" in closest[0].find_element(By.CSS_SELECTOR, ".where").text
+        assert closest[0].find_element(By.CSS_SELECTOR, ".passage").text
+        assert "chance right" in turn.find_element(By.CSS_SELECTOR, ".chance").text
+        sure = ask(browser, url, "How much does the Skylark 2 weigh?")  # confident: no report
+        assert "2.1" in sure.find_element(By.CSS_SELECTOR, ".answer-text").text
+        assert sure.get_attribute("data-state") == "confident"
+        assert not sure.find_element(By.CSS_SELECTOR, ".gaps").is_displayed()
 
 
 def test_an_earlier_question_whose_sources_changed_is_marked_stale(browser, tmp_path):

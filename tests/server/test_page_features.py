@@ -1,7 +1,7 @@
 """The web page's round-3 features in headless Chromium (issue 31, item 21): the answer comes
 first and the loop's work below it, folded; an error is shown in the error colour; earlier
 questions are kept in localStorage and asked again with a click; an admin lists, adds and
-removes documents."""
+removes documents (issue 60: after a confirmation that names the document)."""
 
 from __future__ import annotations
 
@@ -31,16 +31,16 @@ def colour(browser, element_id: str) -> str:
 
 def test_the_answer_comes_first_and_the_work_is_folded_below_it(browser, kb_file, tmp_path):
     with serving(kb_file, Settings(), tmp_path) as (url, _):
-        ask(browser, url, "How much does the Skylark 2 weigh?")
-        answer = browser.find_element(By.ID, "answer")
-        work = browser.find_element(By.ID, "work")
-        assert "2.1 kg" in browser.find_element(By.ID, "answer-text").text
+        turn = ask(browser, url, "How much does the Skylark 2 weigh?")
+        answer = turn.find_element(By.CSS_SELECTOR, ".answer")
+        work = turn.find_element(By.CSS_SELECTOR, ".work")
+        assert "2.1 kg" in turn.find_element(By.CSS_SELECTOR, ".answer-text").text
         assert answer.location["y"] < work.location["y"]  # the answer above the loop's work
         assert work.get_attribute("open") is None  # folded once the answer is there
-        assert "step" in browser.find_element(By.ID, "work-count").text
-        step = browser.find_element(By.CSS_SELECTOR, "#steps .step")
+        assert "step" in turn.find_element(By.CSS_SELECTOR, ".work-count").text
+        step = turn.find_element(By.CSS_SELECTOR, ".steps .step")
         assert not step.is_displayed()
-        browser.find_element(By.CSS_SELECTOR, "#work > summary").click()
+        turn.find_element(By.CSS_SELECTOR, ".work > summary").click()
         assert step.is_displayed()
         assert "Iteration 1" in step.text
         browser.save_screenshot("/tmp/page.png")
@@ -55,14 +55,16 @@ def test_an_error_is_shown_in_the_error_colour(browser, kb_file, tmp_path):
         browser.find_element(By.ID, "ask").click()  # no key given: a 401
         wait(browser).until(ready.text_to_be_present_in_element((By.ID, "status"), "401"))
         assert colour(browser, "status") == ERROR_RED  # not the status line's muted grey
-        assert not browser.find_element(By.ID, "work").is_displayed()  # no work to show
+        turn = test_page.settled(browser, 1)
+        assert turn.get_attribute("data-state") == "error"
+        assert "401" in turn.find_element(By.CSS_SELECTOR, ".problem").text
+        assert not turn.find_element(By.CSS_SELECTOR, ".work").is_displayed()  # no work to show
         browser.save_screenshot("/tmp/page-401.png")
         browser.find_element(By.ID, "api-key").send_keys(KEYS["alice"])
         browser.execute_script(
             "document.getElementById('api-key').dispatchEvent(new Event('change'))"
         )
-        browser.find_element(By.ID, "ask").click()
-        wait(browser).until(ready.visibility_of_element_located((By.ID, "answer")))
+        ask(browser, url, "What does a tent cost?", follow_up=True)
         assert colour(browser, "status") != ERROR_RED  # "done" is not an error
         browser.execute_script("localStorage.clear()")
 
@@ -81,14 +83,13 @@ def test_earlier_questions_are_kept_and_asked_again_with_a_click(browser, kb_fil
             "How much is tent hire for a weekend?",
             "How much does the Skylark 2 weigh?",
         ]
-        entries[1].click()
-        wait(browser).until(ready.visibility_of_element_located((By.ID, "answer")))
-        wait(browser).until(ready.text_to_be_present_in_element((By.ID, "answer-text"), "2.1 kg"))
-        assert (
-            browser.find_element(By.ID, "question")
-            .get_attribute("value")
-            .startswith("How much does the Skylark 2")
+        entries[1].click()  # asked again, in a conversation of its own
+        turn = test_page.settled(browser, 1)
+        assert "2.1 kg" in turn.find_element(By.CSS_SELECTOR, ".answer-text").text
+        assert turn.find_element(By.CSS_SELECTOR, ".asked-text").text.startswith(
+            "How much does the Skylark 2"
         )
+        assert len(test_page.turns(browser)) == 1
         again = browser.find_elements(By.CSS_SELECTOR, "#history li button")
         assert again[0].text == "How much does the Skylark 2 weigh?"  # moved to the top
         assert len(again) == 2
@@ -118,13 +119,19 @@ def test_an_admin_lists_adds_and_removes_documents(browser, tmp_path):
         wait(browser).until(lambda b: "tarp.md" in rows(b))
         assert "1–6 of 6" in browser.find_element(By.ID, "doc-range").text
 
-        remove = panel.find_element(By.CSS_SELECTOR, 'tr[data-source="tarp.md"] button.remove')
-        remove.click()
-        assert "tarp.md" in rows(browser)  # the first click only asks
-        remove.click()
+        row = 'tr[data-source="tarp.md"]'
+        panel.find_element(By.CSS_SELECTOR, f"{row} button.remove").click()
+        question = panel.find_element(By.CSS_SELECTOR, "tr.confirm-row .confirm")
+        assert question.text.startswith("Remove tarp.md from default?")  # it asks, naming it
+        assert "tarp.md" in rows(browser)
+        panel.find_element(By.CSS_SELECTOR, "tr.confirm-row button.cancel-remove").click()
+        assert not panel.find_elements(By.CSS_SELECTOR, "tr.confirm-row")
+        assert "tarp.md" in rows(browser)  # cancelled: nothing removed
+        panel.find_element(By.CSS_SELECTOR, f"{row} button.remove").click()
+        browser.save_screenshot("/tmp/page-documents.png")
+        panel.find_element(By.CSS_SELECTOR, "tr.confirm-row button.confirm-remove").click()
         wait(browser).until(ready.text_to_be_present_in_element((By.ID, "doc-status"), "removed"))
         wait(browser).until(lambda b: "tarp.md" not in rows(b))
-        browser.save_screenshot("/tmp/page-documents.png")
 
 
 def test_a_key_that_is_not_admin_sees_no_documents_panel(browser, kb_file, tmp_path):

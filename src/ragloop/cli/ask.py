@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from ragloop.cli.common import (
+    InputError,
     console,
     errors,
     kb_option,
@@ -29,10 +32,15 @@ from ragloop.core.records.agent import AgentResult
 from ragloop.core.records.rag import LoopResult
 from ragloop.demo import DEMO_QUESTIONS, demo_kb_path
 from ragloop.kb.knowledge_base import KnowledgeBase
+from ragloop.observability.staleness import RUNS_SCANNED
 from ragloop.observability.trace_reading import summarize
-from ragloop.observability.traces import TraceRecorder
+from ragloop.observability.traces import TraceRecord, TraceRecorder, TraceStorage
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
+from ragloop.server.conversation import Rewrite, Turn, rewrite_meta, standalone
+
+if TYPE_CHECKING:
+    from ragloop.config import Settings
 
 Result = LoopResult | AgentResult
 
@@ -154,6 +162,22 @@ def run_one(
     default=None,
     help="Chunks the answer is drawn from (rag, retrieval; default 5).",
 )
+@click.option(
+    "--continue",
+    "-c",
+    "continue_last",
+    is_flag=True,
+    help="Continue the last conversation: QUESTION is read with the questions and answers "
+    "before it (a follow-up such as 'and what about its weight?' is rewritten to stand alone).",
+)
+@click.option(
+    "--conversation",
+    "conversation_id",
+    default=None,
+    metavar="ID",
+    help="Continue this conversation (its id, or the start of it: `ragloop traces list` "
+    "shows them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")
 @output_option("--trace-out", help="Also write the run's trace to this JSON file.")
 def ask(
@@ -167,6 +191,8 @@ def ask(
     target_precision: float | None,
     calibration: Path | None,
     top_k: int | None,
+    continue_last: bool,
+    conversation_id: str | None,
     as_json: bool,
     trace_out: Path | None,
 ) -> None:
@@ -174,15 +200,23 @@ def ask(
 
     QUESTION "-" reads the question from standard input. Works offline by default. Every run
     is stored as a trace beside the knowledge base (see `ragloop traces`), with the question
-    and answer unless ragloop.toml says `[traces] content = false`.
+    and answer unless ragloop.toml says `[traces] content = false`; each question starts a
+    conversation that -c (or --conversation ID) continues.
     """
     if question is None and not demo:
         raise click.UsageError("give a QUESTION, or --demo to ask the demo questions")
+    following = continue_last or conversation_id is not None
+    if following and question is None:
+        raise click.UsageError("-c and --conversation continue a conversation with a QUESTION")
     if question is not None:
         question = text_argument(question, "question")
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
     configured = config_settings()
+    if question is not None:  # the server's limit: what it refuses, ask refuses the same way
+        refused = configured.server.question_refusal(question)
+        if refused is not None:
+            raise InputError(refused[1])
     engine = engine or configured.engine.default
     model_options = configured.model.options() if model_spec is None else {}
     model_spec = model_spec if model_spec is not None else configured.model.spec
@@ -208,7 +242,7 @@ def ask(
     kb = open_demo() if demo else open_kb(kb_location, create=False)
     location = str(demo_kb_path()) if demo else kb_location
     store = open_traces(location)
-    meta = {
+    meta: dict[str, Any] = {
         "kb": str(kb.path or "postgresql"),
         "engine": engine,
         "model": model_spec or "offline",
@@ -216,6 +250,13 @@ def ask(
     }
     budget = configured.budget.budget()
     try:
+        if question is not None:  # one question: a turn of a conversation, new or continued
+            talk = Talk.of(store, conversation_id if following else None, new=not following)
+            rewrite = talk.rewrite(question, model_spec, model_options, configured)
+            questions = [rewrite.question]
+            meta.update(talk.meta(rewrite, content=configured.traces.content))
+            if rewrite.followup is not None and not as_json:
+                console.print(f"[dim]read with the conversation: {cell(rewrite.question)}[/]")
         options = {**settings, "budget": budget} if budget is not None else dict(settings)
         loop = build_engine(engine, kb, model_spec, options, model_options)
         # a local trace of your own question keeps its text unless [traces] content = false
@@ -289,8 +330,10 @@ def ask_one(
         )
         if trace_id and trace_id not in recorder.unsaved:  # an unsaved one was warned of
             where = " --demo" if demo else ""
+            follow = "" if listing else f"; follow up: ragloop ask -c QUESTION{where}"
             console.print(
-                f"[dim]trace {trace_id[:12]}: ragloop traces show {trace_id[:12]}{where}[/]\n"
+                f"[dim]trace {trace_id[:12]}: ragloop traces show {trace_id[:12]}{where}"
+                f"{follow}[/]\n"
             )
     return result, trace_id
 
@@ -316,3 +359,76 @@ def show_summary(results: list[Result]) -> None:
     columns: list[Column | str] = ["question", Column("iterations", numeric=True)]
     columns += ["strategies", "stopped", "facts found"]
     print_table(console, columns, rows, title="demo questions")
+
+
+# -- conversations: the turns of `ragloop ask -c`, kept in the runs' traces ---------------------
+
+CONVERSATION = "conversation"  # a run's meta: the conversation it is a turn of
+TURN = "turn"  # and which turn (1: the question that started it)
+
+
+@dataclass(frozen=True)
+class Talk:
+    """The conversation a question joins: its id and the turns before it, oldest first (from
+    the stored runs whose meta names it: a conversation lives in its runs' traces)."""
+
+    id: str
+    turns: tuple[Turn, ...] = ()
+
+    @classmethod
+    def of(cls, store: TraceStorage, wanted: str | None, *, new: bool) -> Talk:
+        """A new conversation (``new``), or the one ``wanted`` names (its id or the start of
+        it; None: the newest conversation stored)."""
+        if new:
+            return cls(uuid.uuid4().hex[:12])
+        try:
+            runs = [
+                r for r in store.list(RUNS_SCANNED) if isinstance(r.meta.get(CONVERSATION), str)
+            ]
+        except RagloopError as error:
+            raise click.ClickException(str(error)) from None
+        if not runs:
+            raise click.ClickException(
+                f"no conversation to continue in {store.location}: ask a question first"
+            )
+        if wanted is None:
+            chosen = str(runs[0].meta[CONVERSATION])  # newest first
+        else:
+            found = {str(r.meta[CONVERSATION]) for r in runs}
+            matches = sorted(c for c in found if c.startswith(wanted.strip()))
+            if len(matches) != 1:
+                problem = "no conversation" if not matches else "more than one conversation"
+                raise click.ClickException(f"{problem} starts with {wanted!r}")
+            chosen = matches[0]
+        turns: list[Turn] = []
+        for run in sorted((r for r in runs if r.meta[CONVERSATION] == chosen), key=_started):
+            asked = run.meta.get("followup") or run.question  # the user's own words
+            if isinstance(asked, str) and asked.strip():
+                turns.append(Turn("user", asked))
+            if run.answer:
+                turns.append(Turn("assistant", run.answer))
+        return cls(chosen, tuple(turns))
+
+    def rewrite(
+        self, question: str, spec: str | None, options: dict[str, Any], configured: Settings
+    ) -> Rewrite:
+        """``question`` read with the turns before it (the server's rewrite: the model's,
+        else the heuristic), bounded as the server bounds it."""
+        if not self.turns:
+            return Rewrite(question)
+        try:
+            model = resolve_model(spec, **options)
+        except RagloopError as error:
+            raise click.ClickException(str(error)) from None
+        limit = configured.server.max_question_chars
+        turns = [*self.turns, Turn("user", question)]
+        return asyncio.run(standalone(turns, model, max_chars=limit))
+
+    def meta(self, rewrite: Rewrite, *, content: bool) -> dict[str, Any]:
+        """What the run's trace keeps: the conversation, the turn, and the rewrite."""
+        turn = sum(t.role == "user" for t in self.turns) + 1
+        return {CONVERSATION: self.id, TURN: turn, **rewrite_meta(rewrite, content=content)}
+
+
+def _started(record: TraceRecord) -> float:
+    return record.started_at

@@ -128,6 +128,8 @@ def ingest(
         raise click.BadParameter(
             ", ".join(str(p) for p in missing), param_hint="PATHS (no such file or directory)"
         )
+    if not watch and not sync:  # nothing to read is an error, before a knowledge base is made
+        nothing_to_read(paths)
     kb = open_kb(kb_location, create=True, embedder=None if embedder == "none" else embedder)
     kb.link_titles = links
     try:
@@ -146,6 +148,12 @@ def ingest(
             print_json(report.model_dump(), indent=None if watch else 2)
         else:
             show_report(report, where, kb_location)
+        if not watch and not report.documents and not report.removed:
+            skipped = len(report.skipped)
+            raise click.ClickException(
+                f"no file could be read in {shown_paths(paths)}: {skipped} skipped, each with "
+                "its reason in the report"
+            )
         if watch:
             watch_paths(kb, paths, collection, vectors, as_json)
     except RagloopError as error:
@@ -161,6 +169,27 @@ def ingest(
         raise click.exceptions.Exit(130) from None
     finally:
         kb.close()
+
+
+def shown_paths(paths: Sequence[Path]) -> str:
+    return cell(", ".join(shown_path(str(p)) for p in paths))
+
+
+def nothing_to_read(paths: Sequence[Path]) -> None:
+    """Fail (exit 1) when ``paths`` hold no file ingest reads, saying what was passed over:
+    an ingest that reads nothing is not a success (and makes no knowledge base)."""
+    from ragloop.kb.ingest.discover import discover
+
+    found = discover(list(paths))
+    if found.found:
+        return
+    passed = "; ".join(f"{shown_path(path)}: {reason}" for path, reason in found.skipped[:3])
+    more = len(found.skipped) - 3
+    detail = f" (skipped {passed}{f' and {more} more' if more > 0 else ''})" if passed else ""
+    raise click.ClickException(
+        f"no file to read in {shown_paths(paths)}{cell(detail)}; ingest reads txt, md, rst, "
+        "html, json, jsonl, csv and pdf files"
+    )
 
 
 def watch_paths(

@@ -8,7 +8,15 @@ import click
 
 from ragloop.cli import config_option
 from ragloop.cli.common import errors, kb_option, settings
-from ragloop.cli.serve import DEMO_HELP, bind, run_server, served_kb, shown_url
+from ragloop.cli.serve import (
+    DEMO_HELP,
+    bind,
+    run_server,
+    served_kb,
+    show_access_log,
+    shown_url,
+    stopped_by_ctrl_c,
+)
 
 
 @click.command(name="mcp")
@@ -32,8 +40,10 @@ def mcp_command(
 ) -> None:
     """Serve the knowledge base and the loops to MCP clients (stdio or streamable HTTP).
 
-    Tools: search, fetch, retrieve and ask. Over HTTP, requests name an API key of the config
-    ([server.keys.*]); without keys only this machine may connect. Needs ragloop[server].
+    Tools: search, fetch, retrieve, ask and collections. Resources: each document the
+    caller may read, ragloop://documents/COLLECTION/SOURCE, read as its text. Over HTTP,
+    requests name an API key of the config ([server.keys.*]); without keys only this machine
+    may connect. Needs ragloop[server].
     """
     try:
         import mcp  # noqa: F401
@@ -64,12 +74,15 @@ def mcp_command(
 
             from ragloop.server.mcp import build_mcp
 
-            anyio.run(build_mcp(service).run_stdio_async)
+            with stopped_by_ctrl_c("ragloop mcp"):
+                anyio.run(build_mcp(service).run_stdio_async)
         else:
             from ragloop.server.mcp import mcp_http_app
 
             errors.print(f"ragloop MCP on {shown_url(sock, '/mcp')} (Ctrl-C stops)")
-            run_server(mcp_http_app(service), sock, server)
+            show_access_log(server.access_log)
+            with stopped_by_ctrl_c("ragloop mcp"):
+                run_server(mcp_http_app(service), sock, server)
     finally:
         service.close()
         kb.close()

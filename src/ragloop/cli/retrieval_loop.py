@@ -51,7 +51,9 @@ def render(result: RetrievalResult) -> str:
         )
     if result.chunks:
         lines.append("top chunks:")
-        for rank, chunk in enumerate(result.chunks[:SHOWN_CHUNKS], 1):
+        # best first: the loop keeps chunks in the order the hops found them
+        best = sorted(result.chunks, key=lambda c: c.score, reverse=True)
+        for rank, chunk in enumerate(best[:SHOWN_CHUNKS], 1):
             where = shown_path(chunk.source)
             lines.append(f"  {rank}. {chunk.score:.3f} {where}: {_short(chunk.content, 70)}")
     return printable("\n".join(lines))

@@ -10,6 +10,7 @@ and trace files (WAL); the per-key run limit is then each worker's own, as ``/he
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import inspect
 import logging
@@ -17,7 +18,7 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -143,6 +144,7 @@ def worker_app() -> Any:
 
     try:
         configured = load_settings()
+        show_access_log(configured.server.access_log)
         TimeoutProtocol.header_timeout_s = configured.server.header_timeout_s
         TimeoutProtocol.body_timeout_s = configured.server.body_timeout_s
         kb = served_kb(
@@ -159,6 +161,29 @@ def worker_app() -> Any:
         kb.close()
 
     return create_app(service, on_shutdown=close)
+
+
+def show_access_log(enabled: bool) -> None:
+    """The server's access log (``ragloop.access``: a line per request) on stderr, each line
+    with the time, unless ``[server] access_log = false``."""
+    log = logging.getLogger("ragloop.access")
+    if not enabled or any(getattr(h, "ragloop_access", False) for h in log.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%Y-%m-%d %H:%M:%S"))
+    handler.ragloop_access = True  # type: ignore[attr-defined]  # installed once per process
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+@contextlib.contextmanager
+def stopped_by_ctrl_c(what: str) -> Iterator[None]:
+    """Ctrl-C stops the server: one short line and exit status 0, not click's "Aborted!"."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        errors.print(f"{what} stopped")
 
 
 def hand_down(settings: Settings, location: str) -> None:
@@ -301,7 +326,8 @@ def serve(
             f"ragloop serving on {shown_url(sock)} with {server.workers} workers (Ctrl-C stops)"
         )
         try:
-            run_workers(sock, server.workers)
+            with stopped_by_ctrl_c("ragloop serve"):
+                run_workers(sock, server.workers)
         finally:
             if stop_watching is not None:
                 stop_watching()
@@ -314,8 +340,10 @@ def serve(
         else None
     )
     errors.print(f"ragloop serving on {shown_url(sock)} (Ctrl-C stops)")
+    show_access_log(server.access_log)
     try:
-        run_server(create_app(service), sock, server)
+        with stopped_by_ctrl_c("ragloop serve"):
+            run_server(create_app(service), sock, server)
     finally:
         if stop_watching is not None:
             stop_watching()

@@ -14,6 +14,7 @@ import click
 
 from ragloop.cli.common import (
     console,
+    default_kb_location,
     errors,
     kb_option,
     open_kb,
@@ -25,6 +26,7 @@ from ragloop.cli.common import (
 from ragloop.cli.display import print_trace
 from ragloop.cli.tables import Column, cell, print_table, shorten
 from ragloop.core.errors import RagloopError, StoreError, TraceCorrupted, TraceNotFound
+from ragloop.core.files import is_postgres_dsn, traces_path_for
 from ragloop.demo import demo_kb_path
 from ragloop.observability.report_html import render_html
 from ragloop.observability.staleness import (
@@ -48,8 +50,20 @@ def demo_option(function: F) -> F:
 
 
 def open_store(kb_location: str | None, demo: bool) -> TraceStorage:
+    """The traces of the knowledge base named (else the default one); a knowledge base that
+    is not there, with no traces of its own either, is an error (a typo in --kb is not "no
+    traces yet")."""
     if kb_location is not None and demo:
         raise click.UsageError("--kb and --demo name two knowledge bases; give one")
+    if not demo:
+        location = kb_location or default_kb_location()
+        if not is_postgres_dsn(location):
+            file = Path(location).expanduser()
+            if not file.exists() and not traces_path_for(file).exists():
+                raise click.ClickException(
+                    f"no knowledge base at {file} (nor traces beside it); create one with: "
+                    f"ragloop ingest PATH --kb {file}"
+                )
     return open_traces(str(demo_kb_path()) if demo else kb_location)
 
 
@@ -139,20 +153,34 @@ def list_traces(
         nothing = "no stale runs" if stale else "no traces yet"
         console.print(f"{nothing} in {cell(store.location)}")
         return
+    talks = any(isinstance(r.meta.get("conversation"), str) for r in records)
     rows = []
     for r in records:
         when = datetime.fromtimestamp(r.started_at).strftime("%Y-%m-%d %H:%M")
-        question = (
-            cell(shorten(r.question, QUESTION_CHARS)) if r.question else "[dim](not recorded)[/]"
-        )
+        asked = r.meta.get("followup") or r.question  # a follow-up: the user's own words
+        question = cell(shorten(str(asked), QUESTION_CHARS)) if asked else "[dim](not recorded)[/]"
         engine = str(r.meta.get("engine") or r.engine)
         stopped = cell(r.stop_reason or "-")
-        cells = [cell(r.id[:12]), when, cell(engine), question, str(r.iterations), stopped]
+        cells = [cell(r.id[:12]), when, cell(engine)]
+        cells += [conversation_cell(r.meta)] if talks else []
+        cells += [question, str(r.iterations), stopped]
         rows.append(cells + ([cell(stale_line(changed[r.id]))] if stale else []))
-    columns: list[Column | str] = ["id", "when", "engine", "question"]
-    columns += [Column("iterations", numeric=True), "stopped"]
+    columns: list[Column | str] = ["id", "when", "engine"]
+    columns += ["conversation"] if talks else []
+    columns += ["question", Column("iterations", numeric=True), "stopped"]
     columns += ["changed since"] if stale else []
     print_table(console, columns, rows, title=store.location)
+    if talks:
+        console.print("[dim]ragloop ask -c QUESTION continues the newest conversation[/]")
+
+
+def conversation_cell(meta: dict[str, Any]) -> str:
+    """``1a2b3c4d5e6f #2``: the conversation a run is a turn of (``ragloop ask --conversation
+    ID`` continues it), and which turn; ``-`` for a run outside any."""
+    conversation, turn = meta.get("conversation"), meta.get("turn")
+    if not isinstance(conversation, str):
+        return "-"
+    return cell(f"{conversation} #{turn}" if isinstance(turn, int) else conversation)
 
 
 @traces_group.command()
@@ -256,8 +284,8 @@ def replay(
     from ragloop.cli.common import settings
     from ragloop.cli.demo import open_demo
     from ragloop.evaluation.datasets import load_dataset
+    from ragloop.evaluation.replay import Keeping, replay_questions
     from ragloop.evaluation.replay import replay as replay_runs
-    from ragloop.evaluation.replay import replay_questions
 
     overrides = parse_settings(settings_given)  # a malformed --set fails before any work
     chosen = [bool(trace_ids), last is not None, stale, eval_set is not None]
@@ -283,18 +311,33 @@ def replay(
     def shown(done: ReplayedQuestion) -> None:
         errors.print(f"  {done.verdict:>7}  {cell(shorten(done.question, QUESTION_CHARS))}")
 
+    # each replay is stored beside the runs it asked again: `traces show` opens it, and the
+    # run it replayed is answered (no longer listed as stale)
+    given: dict[str, Any] = {"kb": str(kb.path or "postgresql"), **overrides}
+    if model_spec is not None:
+        given["model"] = model_spec
+    store = open_store(kb_location, demo)
+    keeping = Keeping(store=store, meta=given, content=configured.traces.content)
     try:
         if questions is not None:
             report = replay_questions(
-                questions, records, make_engine, engine=engine, on_question=shown
+                questions, records, make_engine, engine=engine, on_question=shown, keeping=keeping
             )
         else:
-            report = replay_runs(records, make_engine, on_question=shown)
+            report = replay_runs(records, make_engine, on_question=shown, keeping=keeping)
     except RagloopError as error:
         raise click.ClickException(str(error)) from None
     finally:
         kb.close()
+        store.close()
     show_replay(report)
+    stored = [q.after.trace_id for q in report.questions if q.after is not None]
+    if stored:
+        where = " --demo" if demo else f" --kb {kb_location}" if kb_location else ""
+        console.print(
+            f"[dim]each new run is stored: ragloop traces show {stored[-1][:12]}{cell(where)} "
+            "opens the newest[/]"
+        )
     if json_out is not None:
         json_out.write_text(report.model_dump_json(indent=2), encoding="utf-8")
         console.print(f"report written to {json_out}")

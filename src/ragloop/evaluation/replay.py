@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from html import escape
 from typing import Any, Literal, get_args
 
@@ -28,7 +30,8 @@ from pydantic import BaseModel, Field
 from ragloop.core.errors import ConfigError
 from ragloop.core.records import StopReason
 from ragloop.observability.events import EventKind
-from ragloop.observability.traces import TraceRecord, TraceRecorder
+from ragloop.observability.staleness import REPLAY_OF
+from ragloop.observability.traces import TraceRecord, TraceRecorder, TraceStorage
 
 Verdict = Literal["same", "changed", "better", "worse", "failed", "new"]
 WORSE_BY = 0.1  # a fall in the chance of being right that counts as worse
@@ -158,14 +161,29 @@ def run_settings(record: TraceRecord) -> tuple[str, str | None, dict[str, Any]]:
     return engine, spec, settings
 
 
+@dataclass(frozen=True)
+class Keeping:
+    """Where the replayed runs are stored, so each ``after.trace_id`` opens with ``ragloop
+    traces show``: ``store`` (None: kept in memory only), ``meta`` stored with each (the
+    knowledge base, the settings and model given instead of the recorded ones), ``content``
+    as ``[traces] content``. Each stored replay names the run it replayed (``replay_of`` in its
+    meta): that run is then answered, and no longer listed as stale."""
+
+    store: TraceStorage | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    content: bool = True
+
+
 def replay(
     records: Iterable[TraceRecord],
     make_engine: EngineFactory,
     *,
     on_question: Callable[[ReplayedQuestion], None] | None = None,
+    keeping: Keeping | None = None,
 ) -> ReplayReport:
     """Ask each stored run's question again with an engine ``make_engine(engine, model,
-    settings)`` builds (one per distinct engine and settings) and compare the runs."""
+    settings)`` builds (one per distinct engine and settings) and compare the runs; the new
+    runs are stored as ``keeping`` says."""
     engines: dict[tuple[Any, ...], Any] = {}
     done = []
     for record in records:
@@ -177,7 +195,9 @@ def replay(
         key = (name, spec, tuple(sorted(settings.items())))
         if key not in engines:
             engines[key] = make_engine(name, spec, dict(settings))
-        done.append(_again(engines[key], record.question, name, RunOutcome.of(record)))
+        meta = {"engine": name, "model": spec or "offline", **settings, REPLAY_OF: record.id}
+        again = _again(engines[key], record.question, name, RunOutcome.of(record), keeping, meta)
+        done.append(again)
         if on_question is not None:
             on_question(done[-1])
     return report_of(done)
@@ -190,6 +210,7 @@ def replay_questions(
     *,
     engine: str,
     on_question: Callable[[ReplayedQuestion], None] | None = None,
+    keeping: Keeping | None = None,
 ) -> ReplayReport:
     """Ask an eval set's questions: each against the newest ``earlier`` run of the same
     question (of any engine: asked again with that run's engine and settings), or, for a
@@ -199,11 +220,12 @@ def replay_questions(
         if record.question:
             newest[record.question] = record
     stored = [newest[q] for q in questions if q in newest]
-    report = replay(stored, make_engine, on_question=on_question)
+    report = replay(stored, make_engine, on_question=on_question, keeping=keeping)
     fresh_engine = None
     for question in (q for q in questions if q not in newest):
         fresh_engine = fresh_engine or make_engine(engine, None, {})
-        report.questions.append(_again(fresh_engine, question, engine, None))
+        meta = {"engine": engine, "model": "offline"}
+        report.questions.append(_again(fresh_engine, question, engine, None, keeping, meta))
         if on_question is not None:
             on_question(report.questions[-1])
     return report_of(report.questions)
@@ -216,9 +238,21 @@ def report_of(questions: list[ReplayedQuestion]) -> ReplayReport:
     return ReplayReport(questions=questions, counts=counts)
 
 
-def _again(engine: Any, question: str, name: str, before: RunOutcome | None) -> ReplayedQuestion:
-    """Run ``question`` on ``engine`` with a recorder listening, and compare."""
-    with TraceRecorder(None) as recorder:
+def _again(
+    engine: Any,
+    question: str,
+    name: str,
+    before: RunOutcome | None,
+    keeping: Keeping | None,
+    meta: dict[str, Any],
+) -> ReplayedQuestion:
+    """Run ``question`` on ``engine`` with a recorder listening (storing the run as
+    ``keeping`` says), and compare."""
+    keeping = keeping or Keeping()
+    recorder = TraceRecorder(
+        keeping.store, meta={**meta, **keeping.meta}, content=keeping.content, keep=1
+    )
+    with recorder:
         try:
             engine.run(question)
         except Exception as error:  # one question that fails does not stop the replay
@@ -240,8 +274,29 @@ def _cited_sources(citations: object) -> list[str]:
     return found
 
 
+def answer_diff(before: str | None, after: str | None) -> tuple[str, str]:
+    """The two answers as HTML, word by word: what the new one dropped in ``<del>`` in the
+    first, what it added in ``<ins>`` in the second (the rest as it was)."""
+    old, new = answer_text(before).split(), answer_text(after).split()
+    left: list[str] = []
+    right: list[str] = []
+    for op, a, b, c, d in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        was, now = escape(" ".join(old[a:b])), escape(" ".join(new[c:d]))
+        if op == "equal":
+            left.append(was)
+            right.append(now)
+            continue
+        if was:
+            left.append(f"<del>{was}</del>")
+        if now:
+            right.append(f"<ins>{now}</ins>")
+    return " ".join(left), " ".join(right)
+
+
 def render_html(report: ReplayReport) -> str:
-    """The report as a self-contained HTML page (no scripts, nothing loaded)."""
+    """The report as a self-contained HTML page (no scripts, nothing loaded); in a question
+    whose answer changed, the words the new answer dropped and added are marked, and so is
+    each figure of the run (stop reason, chance, iterations, ...) that moved."""
     rows = []
     for q in report.questions:
         before, after = q.before, q.after
@@ -249,10 +304,11 @@ def render_html(report: ReplayReport) -> str:
             [f"<div class='gained'>+ {escape(s)}</div>" for s in q.cited_gained]
             + [f"<div class='lost'>- {escape(s)}</div>" for s in q.cited_lost]
         )
+        was, now = answer_diff(before.answer if before else None, after.answer if after else None)
         rows.append(
             f"<tr class='{q.verdict}'><td><span class='badge {q.verdict}'>{q.verdict}</span></td>"
             f"<td>{escape(q.question)}<br><small>{escape(q.engine)}</small></td>"
-            f"<td>{_run_cell(before)}</td><td>{_run_cell(after)}"
+            f"<td>{_run_cell(before, was, after)}</td><td>{_run_cell(after, now, before)}"
             + (f"<div class='lost'>{escape(q.error)}</div>" if q.error else "")
             + f"</td><td>{cited}</td></tr>"
         )
@@ -267,6 +323,8 @@ td, th {{ border-top: 1px solid #e5e7eb; padding: .4rem; vertical-align: top; te
 .badge.worse, .badge.failed {{ background: #fee2e2; }} .badge.better {{ background: #dcfce7; }}
 .badge.changed {{ background: #fef3c7; }} .badge.same, .badge.new {{ background: #e5e7eb; }}
 .gained {{ color: #15803d; }} .lost {{ color: #b91c1c; }} small {{ color: #6b7280; }}
+del {{ background: #fee2e2; color: #991b1b; }} ins {{ background: #dcfce7; color: #166534;
+  text-decoration: none; }} .moved {{ background: #fef3c7; color: #1d2330; border-radius: .2rem; }}
 </style></head><body>
 <h1>Replay of {len(report.questions)} question(s)</h1>
 <p>{escape(counts)}; did not get worse: {report.not_worse:.0%}</p>
@@ -275,12 +333,27 @@ td, th {{ border-top: 1px solid #e5e7eb; padding: .4rem; vertical-align: top; te
 """
 
 
-def _run_cell(run: RunOutcome | None) -> str:
+def _run_cell(run: RunOutcome | None, answer: str, other: RunOutcome | None) -> str:
+    """A run's answer (marked words) and its figures, each that differs from ``other``'s
+    marked as moved."""
     if run is None:
         return "-"
-    chance = "-" if run.probability is None else f"{run.probability:.2f}"
-    return (
-        f"<div>{escape(answer_text(run.answer)[:400])}</div><small>{escape(run.stop_reason or '-')}"
-        f", chance {chance}, {run.iterations} iteration(s), {run.searches} search(es), "
-        f"{run.llm_calls} model call(s), {run.tokens} token(s)</small>"
+    figures = _figures(run)
+    theirs = _figures(other) if other is not None else figures
+    shown = ", ".join(
+        f"<span class='moved'>{escape(text)}</span>" if text != theirs[n] else escape(text)
+        for n, text in enumerate(figures)
     )
+    return f"<div class='answer'>{answer}</div><small>{shown}</small>"
+
+
+def _figures(run: RunOutcome) -> list[str]:
+    chance = "-" if run.probability is None else f"{run.probability:.2f}"
+    return [
+        run.stop_reason or "-",
+        f"chance {chance}",
+        f"{run.iterations} iteration(s)",
+        f"{run.searches} search(es)",
+        f"{run.llm_calls} model call(s)",
+        f"{run.tokens} token(s)",
+    ]

@@ -28,7 +28,7 @@ from ragloop.kb.embedding.cache import ExactEmbeddingCache
 from ragloop.kb.embedding.embedders import default_embedder, recorded_embedder
 from ragloop.kb.embedding.embedders import get_embedder as load_embedder
 from ragloop.kb.index.fusion import RRF_K
-from ragloop.kb.ingest.chunking import ChunkingConfig
+from ragloop.kb.ingest.chunking import ChunkingConfig, rejoin
 from ragloop.kb.ingest.discover import (
     DEFAULT_ENCODINGS,
     DEFAULT_MAX_FILE_BYTES,
@@ -53,6 +53,7 @@ from ragloop.kb.search import Searching
 from ragloop.kb.search import SearchMode as SearchMode
 from ragloop.kb.stores.base import (
     CollectionInfo,
+    DocumentChunks,
     Link,
     Store,
     StoreStats,
@@ -85,6 +86,17 @@ class Document(BaseModel):
         if not source.strip():  # a document no delete could name
             raise ValueError("must not be empty")
         return source
+
+
+class DocumentText(BaseModel):
+    """A stored document read whole (:meth:`KnowledgeBase.document_text`): its text put
+    together from its chunks, and its ``version`` (content hash) as stale runs compare it."""
+
+    collection: str
+    source: str
+    title: str
+    version: str
+    text: str
 
 
 class KnowledgeBaseStats(StoreStats):
@@ -468,6 +480,28 @@ class KnowledgeBase(Searching):
         what a stored run's citations are compared with to tell whether its answer is stale
         (:mod:`ragloop.observability.staleness`)."""
         return self.store.document_hash(collection, source)
+
+    def document_text(self, collection: str, source: str) -> DocumentText | None:
+        """A document's text, put together from its chunks in order (its sections' headings
+        as Markdown headings, the words two chunks share at a cut written once), with its
+        title and version; None when there is no such document. A store that cannot read a
+        document's chunks (:class:`~ragloop.kb.stores.base.DocumentChunks`) raises
+        ``StoreError``."""
+        if not isinstance(self.store, DocumentChunks):
+            raise StoreError(f"{type(self.store).__name__} cannot read a document whole")
+        version = self.store.document_hash(collection, source)
+        chunks = self.store.document_chunks(collection, source)
+        if version is None or not chunks:
+            return None
+        title = chunks[0].metadata.get("title")
+        pieces = [(c.metadata.get("heading_path") or [], c.content) for c in chunks]
+        return DocumentText(
+            collection=collection,
+            source=source,
+            title=title if isinstance(title, str) else source,
+            version=version,
+            text=rejoin(pieces),
+        )
 
     def collections(self) -> list[CollectionInfo]:
         return self.store.stats().collections

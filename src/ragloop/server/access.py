@@ -12,6 +12,8 @@ own origin only), since a browser on this machine is on loopback too.
 from __future__ import annotations
 
 import ipaddress
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -21,7 +23,7 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ragloop.config import KeySettings, ServerSettings, hash_key
 from ragloop.core.errors import ConfigError
@@ -191,6 +193,16 @@ class AccessControl:
         """The runs of key ``name`` in this process."""
         return self.slots.running(name)
 
+    def name_of(self, key: str | None) -> str:
+        """The name of the key a request gives, for the access log: ``local`` without keys,
+        ``-`` with none given, ``unknown`` for one not configured (never the key itself)."""
+        if self.local_only:
+            return "local"
+        if not key:
+            return "-"
+        found = self.by_hash.get(hash_key(key))
+        return found[0] if found is not None else "unknown"
+
 
 def key_of(authorization: str | None, api_key: str | None) -> str | None:
     """The key a request gives: ``Authorization: Bearer <key>``, else ``X-API-Key``."""
@@ -256,6 +268,30 @@ class KeyGate:
                 self.access.caller(key, client[0] if client else None)
             except AccessDenied as denied:
                 await self.refuse(Request(scope), denied)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class KeyCheck:
+    """ASGI middleware for MCP served alone (``ragloop mcp --transport http``): refuses a
+    request whose key is missing or unknown (401), or that comes from another machine when the
+    server has no keys (403), before any MCP session starts."""
+
+    def __init__(self, app: ASGIApp, access: AccessControl) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = Headers(scope=scope)
+            client = scope.get("client")
+            try:
+                self.access.caller(
+                    key_of(headers.get("authorization"), headers.get("x-api-key")),
+                    client[0] if client else None,
+                )
+            except AccessDenied as error:
+                await error.response()(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -330,3 +366,50 @@ class LocalGuard:
                 f"{claimed!r}; add keys to ragloop.toml ([server.keys.NAME]) to serve other sites"
             )
         return None
+
+
+# -- the access log -------------------------------------------------------------------------------
+
+access_logger = logging.getLogger("ragloop.access")
+
+
+class AccessLog:
+    """ASGI middleware that logs one line per HTTP request to ``ragloop.access`` once its
+    response has been sent (a stream: once it ends): method, path (no query string: it may
+    hold a document's name), status, milliseconds and the key's name (:meth:`AccessControl.
+    name_of`), never the key. ``ragloop serve`` shows the lines on stderr unless ``[server]
+    access_log = false``."""
+
+    def __init__(self, app: ASGIApp, access: AccessControl) -> None:
+        self.app = app
+        self.access = access
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the server answers for an app that raised before it answered
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            headers = Headers(scope=scope)
+            name = self.access.name_of(
+                key_of(headers.get("authorization"), headers.get("x-api-key"))
+            )
+            elapsed = (time.perf_counter() - started) * 1000
+            access_logger.info(
+                "%s %s %d %.0f ms key=%s",
+                scope.get("method"),
+                scope.get("path"),
+                status,
+                elapsed,
+                name,
+            )

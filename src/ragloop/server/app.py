@@ -11,11 +11,11 @@ run's trace is stored either way.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from importlib import metadata
 from importlib.resources import files
 from typing import Annotated, Any
 
@@ -35,7 +35,8 @@ from ragloop.kb.ingest.sources import upload_names
 from ragloop.observability.events import LoopEvent
 from ragloop.observability.report_html import render_html
 from ragloop.server import errors, openai_compat
-from ragloop.server.access import CallerDep, KeyGate, LocalGuard, check_cors
+from ragloop.server.access import AccessLog, CallerDep, KeyGate, LocalGuard, check_cors
+from ragloop.server.conversation import Rewrite, Turn, rewrite_meta
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import (
     AskRequest,
@@ -56,9 +57,16 @@ from ragloop.server.schemas import (
     TraceOut,
     TracesPage,
 )
-from ragloop.server.service import ENGINE_NAMES, Outcome, Service
+from ragloop.server.service import ENGINE_NAMES, Outcome, Service, version
 
 logger = logging.getLogger("ragloop.server")
+# the page's icon: a loop that comes back on itself
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><rect width="32" height="32" '
+    'rx="7" fill="#2563eb"/><path d="M23 12.5A8 8 0 1 0 24 18" fill="none" stroke="#fff" '
+    'stroke-width="3.2" stroke-linecap="round"/><path d="M18.5 10.5l5 1.5 1-5" fill="none" '
+    'stroke="#fff" stroke-width="3.2" stroke-linecap="round" stroke-linejoin="round"/></svg>'
+)
 
 Result = LoopResult | AgentResult | RetrievalResult
 
@@ -89,7 +97,7 @@ def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = Non
     # FastAPIOffline: /docs and /redoc load their scripts from the installed package, not a CDN
     app = FastAPIOffline(
         title="ragloop",
-        version=_version(),
+        version=version(),
         description="Retrieval loops over your knowledge base: search, ask, retrieve, traces.",
         lifespan=lifespan,
         max_body_size=settings.max_body_bytes,
@@ -107,6 +115,8 @@ def create_app(service: Service, *, on_shutdown: Callable[[], None] | None = Non
     app.add_middleware(KeyGate, access=service.access, refuse=errors.refusal)
     # added last, so it runs first: without keys, other sites' pages are refused before anything
     app.add_middleware(LocalGuard, access=service.access)
+    if settings.access_log:  # outermost: a refused request is logged too
+        app.add_middleware(AccessLog, access=service.access)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -130,7 +140,7 @@ def _routes(app: FastAPI, service: Service) -> None:
         backend = "postgresql" if service.kb.path is None else "sqlite"
         return Health(
             status="ok",
-            version=_version(),
+            version=version(),
             auth=not service.access.local_only,
             engines=list(ENGINE_NAMES),
             knowledge_base=backend,
@@ -141,6 +151,14 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
         return HTMLResponse(_page())
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    @app.get("/favicon.svg", include_in_schema=False)
+    def favicon() -> Response:
+        # an SVG under both names: browsers ask for /favicon.ico whatever the page links
+        return Response(
+            FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"}
+        )
 
     @app.post("/v1/search", response_model=SearchResponse, tags=["retrieval"])
     async def search(body: SearchRequest, caller: CallerDep) -> SearchResponse:
@@ -162,24 +180,32 @@ def _routes(app: FastAPI, service: Service) -> None:
         caller: CallerDep,
         accept: Annotated[str | None, Header()] = None,
     ) -> Response:
-        """Answer a question with a loop; JSON, or its events as they happen."""
+        """Answer a question with a loop (a follow-up read with its ``history``); JSON, or its
+        events as they happen."""
         kind = body.engine or service.settings.engine.default
+        service.check_question(body.question)
+        rewrite = Rewrite(body.question)
+        if any(turn.role == "user" for turn in body.history):
+            turns = [Turn(t.role, t.content) for t in body.history if t.content.strip()]
+            rewrite = await service.standalone(caller, [*turns, Turn("user", body.question)])
         events = service.run(
             caller,
             kind,
-            body.question,
+            rewrite.question,
             collections=body.collection,
             max_iterations=body.max_iterations,
             top_k=body.top_k,
             target_precision=body.target_precision,
             budget=body.budget,
+            meta=rewrite_meta(rewrite, content=service.settings.traces.content),
         )
+        answer = functools.partial(_answer, kind, rewrite=rewrite)
         if body.stream or _wants_events(accept):
-            return await _event_stream(events, lambda outcome: _answer(kind, outcome))
+            return await _event_stream(events, answer)
         outcome = await unless_disconnected(request, _finish(events))
         if isinstance(outcome, Response):  # the client went away: its run was cancelled
             return outcome
-        return SafeJSONResponse(_answer(kind, outcome).model_dump(mode="json"))
+        return SafeJSONResponse(answer(outcome).model_dump(mode="json"))
 
     @app.post(
         "/v1/retrieve",
@@ -304,21 +330,26 @@ def _routes(app: FastAPI, service: Service) -> None:
         report = await service.add_files(caller, given, collection)
         return IngestResponse(**report.model_dump(exclude={"removed"}))
 
-    @app.delete("/v1/documents", response_model=DeleteResponse, tags=["documents"])
+    @app.delete(
+        "/v1/documents",
+        response_model=DeleteResponse,
+        tags=["documents"],
+        responses={404: {"description": "No such document where the key may change it."}},
+    )
     async def delete(
         caller: CallerDep,
         source: Annotated[str, Query(min_length=1)],
         collection: Annotated[str | None, Query()] = None,
     ) -> DeleteResponse:
         """Delete a document by its source (from every collection the key may change unless
-        one is named). Admin keys only, in their collections."""
+        one is named). Admin keys only, in their collections. No such document: 404."""
         return DeleteResponse(removed=await service.delete(caller, source, collection))
 
 
 # -- answers ------------------------------------------------------------------------------------
 
 
-def _answer(kind: str, outcome: Outcome) -> AskResponse:
+def _answer(kind: str, outcome: Outcome, *, rewrite: Rewrite | None = None) -> AskResponse:
     result: LoopResult | AgentResult = outcome.result
     return AskResponse(
         run_id=result.run_id,
@@ -338,6 +369,8 @@ def _answer(kind: str, outcome: Outcome) -> AskResponse:
         probability=result.probability,
         target_precision=result.target_precision,
         gaps=result.gaps,
+        followup=rewrite.followup if rewrite else None,
+        rewritten_by=rewrite.by if rewrite else None,
     )
 
 
@@ -414,13 +447,6 @@ async def _event_stream(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
-
-
-def _version() -> str:
-    try:
-        return metadata.version("ragloop")
-    except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout
-        return "0"
 
 
 def _page() -> str:

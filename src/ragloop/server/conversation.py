@@ -32,6 +32,12 @@ ELLIPSIS = re.compile(
 )
 EXPLETIVE = re.compile(r"\b(?:is|was|isn't)\s+it\s+\w+\s+to\b|\bit\s+(?:is|was)\s+\w+\s+to\b", re.I)
 DETERMINERS = {"the", "a", "an", "this", "that", "these", "those", "my", "your", "our"}
+# a follow-up after "And" that asks a whole question of its own (its own verb and objects, none
+# of them "the ..." that may point back), not "And the warranty?" nor "And how much?"
+WHOLE_QUESTION = re.compile(
+    r"^(?:how|what|which|where|when|why|who|can|could|do|does|is|are|should)\s+(?!about\b)\S+\s+\S",
+    re.I,
+)
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,17 @@ async def _standalone(turns: Sequence[Turn], model: Any | None) -> Rewrite:
     return Rewrite(question, last.text, "heuristic")
 
 
+def rewrite_meta(rewrite: Rewrite, *, content: bool) -> dict[str, Any]:
+    """What the trace keeps of a rewrite: who rewrote the follow-up, and (the user's words are
+    content) the follow-up and the question run when the local trace keeps content
+    (``[traces] content``, on by default)."""
+    if rewrite.by is None:
+        return {}
+    if not content:
+        return {"rewritten_by": rewrite.by}
+    return {"rewritten_by": rewrite.by, "followup": rewrite.followup, "question": rewrite.question}
+
+
 def heuristic(earlier: Sequence[str], followup: str) -> str:
     """``followup`` with the subject of the questions before it filled in (each earlier
     question read with those before it, so a chain of follow-ups keeps its subject)."""
@@ -187,6 +204,12 @@ def _filled(previous: str, followup: str) -> str:
     stripped = ELLIPSIS.sub("", followup).strip()
     if _has_pronoun(stripped):
         return _capital(_replace_pronoun(stripped, about))
+    if (
+        WHOLE_QUESTION.match(stripped)
+        and len(set(content_terms(stripped))) >= 2
+        and not re.search(r"\b(?:the|this|that)\b", stripped, re.I)  # "the warranty": whose?
+    ):
+        return followup  # "And how do I add a prefix to each line?": a question of its own
     if stripped != followup.strip():  # "And ...?", "What about ...?": the subject left out
         core = stripped.rstrip(" ?.!")
         return _capital(f"{core} of {about}?") if core else followup

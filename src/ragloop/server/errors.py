@@ -126,6 +126,24 @@ def problem_of(error: BaseException) -> Problem | None:
     return None
 
 
+def sentence_of(error: ValidationError) -> str:
+    """A validation error as one sentence naming the field: ``top_k: input should be less
+    than or equal to 50, not 500`` (and how many more problems there are), never pydantic's
+    report with its URL."""
+    problems = []
+    for found in error.errors(include_url=False):
+        where = ".".join(str(p) for p in found.get("loc", ())) or "arguments"
+        message = str(found.get("msg", "is not valid"))
+        if found.get("type") == "missing":
+            problems.append(f"{where}: missing; give it")
+            continue
+        shown = repr(found.get("input"))
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        problems.append(f"{where}: {message[:1].lower()}{message[1:]}, not {shown}")
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{problems[0] if problems else 'the arguments are not valid'}{more}"
+
+
 def _code_of(status: int) -> str:
     return {
         401: "invalid_api_key",

@@ -13,7 +13,11 @@ bounds in the input schema (a value out of range is a tool error naming it, neve
 - ``collections()``: the collections the caller may read, with their document counts.
 
 Resources: each document is ``ragloop://documents/{collection}/{source}`` (every hit names its
-``resource``); reading one gives its collection, source and version (its content hash). A client
+``resource``); ``resources/list`` pages through the documents the caller may read (a hundred at a
+time, ``nextCursor`` for the rest), and reading one gives its text (its sections' headings as
+Markdown headings) with its collection, source, title and version (its content hash) in
+``_meta``. An unknown URI, a document that is not there and a tool argument out of its bounds
+each answer one sentence naming what was wrong, never a traceback or a pydantic dump. A client
 that listens for it (``subscriptions/listen`` with the URI, MCP 2026-07-28) is told when it
 changes (``notifications/resources/updated``: an admin's write through the API, or a folder the
 server watches) and that the list of documents changed, so an assistant can re-ask what it
@@ -34,27 +38,37 @@ without configured keys only this machine may connect.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_type_hints
 from urllib.parse import quote, unquote
 
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from mcp.server.subscriptions import InMemorySubscriptionBus, ResourcesListChanged, ResourceUpdated
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp.types import INVALID_PARAMS, ToolAnnotations
-from pydantic import BaseModel, Field
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    ListResourcesResult,
+    ReadResourceResult,
+    Resource,
+    TextContent,
+    TextResourceContents,
+    ToolAnnotations,
+)
+from pydantic import BaseModel, Field, ValidationError, create_model
 from starlette.applications import Starlette
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ragloop.core.records.gaps import EvidenceGaps
+from ragloop.kb.knowledge_base import DocumentText
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.server import errors
-from ragloop.server.access import AccessDenied, Caller, LocalGuard, key_of
-from ragloop.server.service import Outcome, Service, chat_text
+from ragloop.server.access import AccessDenied, AccessLog, Caller, KeyCheck, LocalGuard, key_of
+from ragloop.server.service import Outcome, Service, chat_text, version
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False, idempotent_hint=True)
 RUNS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
@@ -66,6 +80,8 @@ INSTRUCTIONS = (
 
 
 DOCUMENTS = "ragloop://documents"  # a document's resource: DOCUMENTS/{collection}/{source}
+RESOURCES_PAGE = 100  # documents a resources/list answer names
+TEXT = "text/markdown"  # what a document resource reads as: its headings are Markdown's
 MAX_TOP_K = 50
 MAX_EVIDENCE = 50
 # the argument types, with their descriptions and bounds (module level: the SDK reads the
@@ -180,12 +196,6 @@ def document_uri(collection: str, source: str) -> str:
     return f"{DOCUMENTS}/{quote(collection, safe='')}/{quote(source, safe='/')}"
 
 
-class DocumentResource(BaseModel):
-    collection: str
-    source: str
-    version: str = Field(description="The content hash of the document as it is now.")
-
-
 class DocumentNotices:
     """Tells MCP clients that documents changed: a resource-updated event for each, then a
     resources-list-changed one, on the subscription bus of the server's event loop (the first
@@ -235,13 +245,14 @@ def build_mcp(service: Service, notices: DocumentNotices | None = None) -> MCPSe
     here, and told of the service's writes, when not given)."""
     notices = notices or DocumentNotices()
     service.on_documents_changed(notices.changed)
+    tool_checks = ArgumentSentences()
     server: MCPServer = MCPServer(
         "ragloop",
         instructions=INSTRUCTIONS,
-        version=_version(),
+        version=version(),
         log_level="WARNING",
         subscriptions=notices.bus,
-        middleware=[ListenScope(service)],
+        middleware=[ListenScope(service), DocumentResources(service, notices), tool_checks],
     )
     default_engine = service.settings.engine.default
 
@@ -345,19 +356,19 @@ def build_mcp(service: Service, notices: DocumentNotices | None = None) -> MCPSe
     @server.resource(
         f"{DOCUMENTS}/{{collection}}/{{+source}}",
         name="document",
-        description="A document of the knowledge base: its collection, source and version "
-        "(content hash). Listen to it to hear when it is edited or removed.",
-        mime_type="application/json",
+        description="A document of the knowledge base: its text, with its collection, source, "
+        "title and version (content hash) in _meta. Listen to it to hear when it is edited "
+        "or removed.",
+        mime_type=TEXT,
     )
     async def document(collection: str, source: str, ctx: Context) -> str:
-        notices.loop = notices.loop or asyncio.get_running_loop()
-        name = scope(caller(ctx), unquote(collection)) or unquote(collection)
-        version = await asyncio.to_thread(service.kb.document_version, name, unquote(source))
-        if version is None:
-            raise ToolError(f"no document {unquote(source)!r} in collection {name!r}")
-        found = DocumentResource(collection=name, source=unquote(source), version=version)
-        return found.model_dump_json()
+        # what a tool reads with ctx.read_resource; clients' reads are DocumentResources'
+        uri = document_uri(unquote(collection), unquote(source))
+        return (await read_document(service, caller(ctx), uri)).text
 
+    tool_checks.tools.update(
+        search=search, fetch=fetch, collections=collections, retrieve=retrieve, ask=ask
+    )
     return server
 
 
@@ -405,6 +416,119 @@ def collection_of_uri(uri: object) -> str | None:
     if not isinstance(uri, str) or not uri.startswith(f"{DOCUMENTS}/"):
         return None
     return unquote(uri[len(DOCUMENTS) + 1 :].split("/", 1)[0])
+
+
+async def read_document(service: Service, who: Caller, uri: object) -> DocumentText:
+    """The document a resource URI names, if the caller may read it; anything else is a
+    ``ResourceNotFoundError`` with one sentence saying what was wrong."""
+    collection = collection_of_uri(uri)
+    source = unquote(str(uri)[len(DOCUMENTS) + 1 :].partition("/")[2])
+    if collection is None or not source:
+        raise ResourceNotFoundError(
+            f"no resource {uri!r}: a document is {DOCUMENTS}/COLLECTION/SOURCE "
+            "(resources/list names them)"
+        )
+    try:
+        return await asyncio.to_thread(service.document, who, collection, source)
+    except AccessDenied as error:
+        raise ResourceNotFoundError(error.message) from None
+
+
+class DocumentResources:
+    """Serves the documents as resources (an MCP server middleware: the SDK lists only
+    resources registered one by one, and reads a template's as one blob without metadata):
+    ``resources/list`` pages through the documents the caller may read, ``resources/read``
+    gives a document's text with its version in ``_meta``."""
+
+    def __init__(self, service: Service, notices: DocumentNotices) -> None:
+        self.service = service
+        self.notices = notices
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        if self.notices.loop is None:  # over stdio the first request makes the loop known
+            self.notices.loop = asyncio.get_running_loop()
+        if ctx.method == "resources/read":
+            return await self.read(ctx)
+        if ctx.method != "resources/list":
+            return await call_next(ctx)
+        await call_next(ctx)  # the SDK's checks of the request; its list has no documents
+        return await self.listed(ctx)
+
+    async def listed(self, ctx: ServerRequestContext[Any, Any]) -> ListResourcesResult:
+        cursor = (ctx.params or {}).get("cursor")
+        if cursor is not None and not (isinstance(cursor, str) and cursor.isdigit()):
+            raise MCPError(INVALID_PARAMS, f"cursor: {cursor!r} is not one this server gave")
+        offset = int(cursor or 0)
+        who = caller_of_request(self.service, ctx.request)
+        total, found = await asyncio.to_thread(
+            self.service.documents, who, None, offset=offset, limit=RESOURCES_PAGE
+        )
+        listed = [
+            Resource(
+                uri=document_uri(d.collection, d.source),
+                name=d.source,
+                title=d.title or d.source,
+                description=f"{d.title or d.source} (collection {d.collection})",
+                mime_type=TEXT,
+            )
+            for d in found
+        ]
+        following = offset + len(found)
+        return ListResourcesResult(
+            resources=listed, next_cursor=str(following) if following < total else None
+        )
+
+    async def read(self, ctx: ServerRequestContext[Any, Any]) -> ReadResourceResult:
+        uri = (ctx.params or {}).get("uri")
+        who = caller_of_request(self.service, ctx.request)
+        try:
+            found = await read_document(self.service, who, uri)
+        except ResourceNotFoundError as error:
+            raise MCPError(INVALID_PARAMS, str(error)) from None
+        meta = found.model_dump(exclude={"text"})
+        text = TextResourceContents(uri=str(uri), text=found.text, mime_type=TEXT, _meta=meta)
+        return ReadResourceResult(contents=[text])
+
+
+class ArgumentSentences:
+    """A tool call whose arguments do not fit the tool's input schema answers one sentence
+    naming the argument (``top_k: must be at most 50, not 500``), not pydantic's report with
+    its URL (an MCP server middleware: the SDK's validation runs first, and only a call it
+    refused is read again here, against the tool's own signature)."""
+
+    def __init__(self) -> None:
+        self.tools: dict[str, Callable[..., Any]] = {}
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        result = await call_next(ctx)
+        failed = (
+            result.get("isError") if isinstance(result, dict) else getattr(result, "is_error", 0)
+        )
+        if ctx.method != "tools/call" or not failed:
+            return result
+        params = ctx.params or {}
+        tool = self.tools.get(str(params.get("name")))
+        sentence = None if tool is None else argument_problem(tool, params.get("arguments"))
+        if sentence is None:
+            return result
+        return CallToolResult(content=[TextContent(type="text", text=sentence)], is_error=True)
+
+
+def argument_problem(tool: Callable[..., Any], arguments: object) -> str | None:
+    """What is wrong with a tool's arguments, in one sentence naming them (None: nothing)."""
+    hints = get_type_hints(tool, include_extras=True)
+    fields: dict[str, Any] = {
+        name: (hints[name], ... if p.default is p.empty else p.default)
+        for name, p in inspect.signature(tool).parameters.items()
+        if name != "ctx"
+    }
+    try:
+        create_model(f"{tool.__name__}_arguments", **fields).model_validate(
+            arguments if isinstance(arguments, dict) else {}
+        )
+    except ValidationError as error:
+        return errors.sentence_of(error)
+    return None
 
 
 def _in(
@@ -477,52 +601,6 @@ def _tool_error(error: Exception) -> Exception:
     )
 
 
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("ragloop")
-    except metadata.PackageNotFoundError:  # pragma: no cover
-        return "0"
-
-
-class KeyCheck:
-    """Refuses an HTTP request to MCP whose key is missing or unknown (401), or that comes from
-    another machine when the server has no keys (403), before any MCP session starts."""
-
-    def __init__(self, app: ASGIApp, service: Service) -> None:
-        self.app = app
-        self.service = service
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            client = scope.get("client")
-            try:
-                self.service.access.caller(
-                    key_of(headers.get("authorization"), headers.get("x-api-key")),
-                    client[0] if client else None,
-                )
-            except AccessDenied as error:
-                await error.response()(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-class LoopCapture:
-    """Makes the serving event loop known to :class:`DocumentNotices` (a listen stream is a
-    request: by the time anyone listens, the loop is known)."""
-
-    def __init__(self, app: ASGIApp, notices: DocumentNotices) -> None:
-        self.app = app
-        self.notices = notices
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.notices.loop is None:
-            self.notices.loop = asyncio.get_running_loop()
-        await self.app(scope, receive, send)
-
-
 def mcp_http_app(service: Service, *, path: str = "/mcp", guarded: bool = True) -> Starlette:
     """MCP over streamable HTTP at ``path``, keys checked; run its lifespan (the session
     manager) with the app that serves it. Without keys, :class:`LocalGuard` checks ``Host``
@@ -534,8 +612,9 @@ def mcp_http_app(service: Service, *, path: str = "/mcp", guarded: bool = True) 
         streamable_http_path=path,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-    app.add_middleware(KeyCheck, service=service)
-    app.add_middleware(LoopCapture, notices=notices)
-    if guarded:
+    app.add_middleware(KeyCheck, access=service.access)
+    if guarded:  # served alone (`ragloop mcp`); inside `ragloop serve` its app does both
         app.add_middleware(LocalGuard, access=service.access)
+        if service.settings.server.access_log:
+            app.add_middleware(AccessLog, access=service.access)
     return app

@@ -15,7 +15,6 @@ then ``data: [DONE]``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
@@ -29,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ragloop.observability.events import LoopEvent
 from ragloop.server import errors
 from ragloop.server.access import CallerDep
-from ragloop.server.conversation import Rewrite, Turn, standalone
+from ragloop.server.conversation import Rewrite, Turn, rewrite_meta
 from ragloop.server.disconnect import unless_disconnected
 from ragloop.server.schemas import UnicodeText
 from ragloop.server.service import ENGINE_NAMES, Outcome, Service, chat_text
@@ -115,15 +114,9 @@ def add_routes(app: FastAPI, service: Service) -> None:
     async def chat(request: Request, body: ChatRequest, caller: CallerDep) -> Response:
         """Ask a loop in OpenAI's chat completions format (streamed with ``stream: true``)."""
         kind = engine_of(body.model, default)
-        service.check_question(question_of(body.messages))
+        service.check_question(question_of(body.messages), "messages (the last user message)")
         turns = [Turn(m.role, text_of(m)) for m in body.messages]
-        slot = await service.access.enter(caller)  # the rewrite's model call holds one too
-        try:
-            async with asyncio.timeout(service.settings.server.deadline_s):  # a 504 past it
-                limit = service.settings.server.max_question_chars
-                rewrite = await standalone(turns, service.model, max_chars=limit)
-        finally:
-            service.access.leave(slot)
+        rewrite = await service.standalone(caller, turns)  # its model call holds a slot too
         meta = rewrite_meta(rewrite, content=service.settings.traces.content)
         events = service.run(caller, kind, rewrite.question, collections=body.collection, meta=meta)
         first = await events.__anext__()  # a refused request gets its status, not a stream
@@ -149,17 +142,6 @@ def add_routes(app: FastAPI, service: Service) -> None:
         if isinstance(outcome, Response):  # the client went away: its run was cancelled
             return outcome
         return JSONResponse(completion.whole(outcome))
-
-
-def rewrite_meta(rewrite: Rewrite, *, content: bool) -> dict[str, Any]:
-    """What the trace keeps of a rewrite: who rewrote the follow-up, and (the user's words are
-    content) the follow-up and the question run when the local trace keeps content
-    (``[traces] content``, on by default)."""
-    if rewrite.by is None:
-        return {}
-    if not content:
-        return {"rewritten_by": rewrite.by}
-    return {"rewritten_by": rewrite.by, "followup": rewrite.followup, "question": rewrite.question}
 
 
 class Completion:

@@ -129,8 +129,22 @@ class SearchResponse(BaseModel):
     chunks: list[ChunkOut]
 
 
+class HistoryTurn(_Request):
+    """One earlier message of a conversation: what the user asked, or what was answered."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
 class AskRequest(_Request):
     question: str
+    history: list[HistoryTurn] = Field(
+        default_factory=list,
+        max_length=100,
+        description='The conversation before the question, oldest first: a follow-up ("and '
+        'what does it weigh?") is read with it and rewritten into a question that stands '
+        "alone, as /v1/chat/completions does; the answer's `question` is what ran.",
+    )
     engine: EngineName | None = Field(default=None, description="Default: the config's.")
     collection: Collections = None
     max_iterations: int | None = Field(default=None, ge=1, le=50)
@@ -184,6 +198,12 @@ class AskResponse(BaseModel):
         default=None,
         description="What was found and what was not, when the answer is not confident.",
     )
+    followup: str | None = Field(
+        default=None,
+        description="The words asked, when `history` made them a question that stands alone "
+        "(`question`); None when they were run as they are.",
+    )
+    rewritten_by: Literal["model", "heuristic"] | None = None
 
 
 class RetrieveResponse(BaseModel):

@@ -22,6 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from ragloop.config import Settings, default_kb_location, kb_traces_location
@@ -32,10 +33,10 @@ from ragloop.core.records import Chunk, StopReason
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.kb.ingest.discover import IngestReport
 from ragloop.kb.ingest.sources import upload_names
-from ragloop.kb.knowledge_base import Document, KnowledgeBase, SearchMode
+from ragloop.kb.knowledge_base import Document, DocumentText, KnowledgeBase, SearchMode
 from ragloop.kb.stores.base import DocumentRecord, SharedQueryVectors
 from ragloop.observability.events import EventKind, LoopEvent
-from ragloop.observability.staleness import RUNS_SCANNED, StaleSource, stale_sources
+from ragloop.observability.staleness import RUNS_SCANNED, StaleSource, replayed, stale_sources
 from ragloop.observability.stream import RunStream
 from ragloop.observability.trace_stores import (
     PostgresTraceStore,
@@ -52,6 +53,7 @@ from ragloop.observability.traces import (
 from ragloop.offline import ENGINES
 from ragloop.providers import resolve_model
 from ragloop.server.access import AccessControl, AccessDenied, Caller
+from ragloop.server.conversation import Rewrite, Turn, standalone
 from ragloop.server.errors import Refusal, ServerMisconfigured
 from ragloop.server.slots import PostgresSlots, ProcessSlots, Slots
 
@@ -200,12 +202,12 @@ class Service:
                 caps[name] = _lowest(caps[name], value)
         return Budget(**caps)
 
-    def check_question(self, question: str) -> str:
-        limit = self.settings.server.max_question_chars
-        if not isinstance(question, str) or not question.strip():
-            raise AccessDenied(422, "question: give a question")
-        if len(question) > limit:
-            raise AccessDenied(413, f"question: longer than {limit} characters")
+    def check_question(self, question: str, field: str = "question") -> str:
+        """``question`` if the server takes it; refused (422 empty, 413 too long) naming
+        ``field``, the name the caller sent it under (``query``, ``messages``)."""
+        refused = self.settings.server.question_refusal(question, field)
+        if refused is not None:
+            raise AccessDenied(*refused)
         return question
 
     def check_collections(self, caller: Caller, requested: str | Sequence[str] | None) -> None:
@@ -226,6 +228,19 @@ class Service:
                 f"no collection {missing[0]!r}; this key may read: {', '.join(readable) or 'none'}",
             )
 
+    async def standalone(self, caller: Caller, turns: Sequence[Turn]) -> Rewrite:
+        """The last user turn read with the turns before it, as a question that stands alone
+        (:func:`~ragloop.server.conversation.standalone`: the model's rewrite, else the
+        heuristic); the model's call holds one of the caller's slots and ends at the
+        deadline (a 504 past it)."""
+        slot = await self.access.enter(caller)
+        try:
+            async with asyncio.timeout(self.settings.server.deadline_s):
+                limit = self.settings.server.max_question_chars
+                return await standalone(turns, self.model, max_chars=limit)
+        finally:
+            self.access.leave(slot)
+
     # -- what callers do ----------------------------------------------------------------------
     async def search(
         self,
@@ -236,7 +251,7 @@ class Service:
         collections: str | Sequence[str] | None = None,
         mode: SearchMode = "hybrid",
     ) -> list[Chunk]:
-        self.check_question(query)
+        self.check_question(query, "query")
         scope = caller.scope(collections)
         self.check_collections(caller, collections)
         collection = None if scope is None else list(scope)
@@ -315,8 +330,10 @@ class Service:
         found = []
         reads_all = caller.admin and caller.collections is None
         scanned = limit if reads_all and not stale_only else RUNS_SCANNED
-        for record in self.traces.list(scanned):
-            if not caller.may_read_run(record.meta):
+        listed = self.traces.list(scanned)
+        answered = replayed(listed) if stale_only else set()  # a replayed run is answered
+        for record in listed:
+            if not caller.may_read_run(record.meta) or record.id in answered:
                 continue
             stale = stale_sources(record, version_of)
             if stale or not stale_only:
@@ -354,20 +371,36 @@ class Service:
 
     async def delete(self, caller: Caller, source: str, collection: str | None) -> int:
         """Delete a document by its source from ``collection`` (None: from every collection
-        the caller may change); how many were removed."""
+        the caller may change); how many were removed. Nothing to remove is a 404: a typo in
+        a source is not a success."""
         within = caller.writable(collection)
         if within is None:
             removed = await asyncio.to_thread(self.kb.delete, source)
             if removed:
                 self.documents_changed(None, [source])
-            return removed
-        removed = 0
-        for name in within:
-            here = await asyncio.to_thread(self.kb.delete, source, collection=name)
-            if here:
-                self.documents_changed(name, [source])
-            removed += here
+        else:
+            removed = 0
+            for name in within:
+                here = await asyncio.to_thread(self.kb.delete, source, collection=name)
+                if here:
+                    self.documents_changed(name, [source])
+                removed += here
+        if not removed:
+            where = (
+                f"collection {collection!r}"
+                if collection
+                else "the collections this key may change"
+            )
+            raise AccessDenied(404, f"source: no document {source!r} in {where}")
         return removed
+
+    def document(self, caller: Caller, collection: str, source: str) -> DocumentText:
+        """A document read whole, if the caller may read its collection (another key's
+        collection reads as missing, a 404 either way: nothing is given away)."""
+        found = self.kb.document_text(collection, source) if caller.may_read(collection) else None
+        if found is None:
+            raise AccessDenied(404, f"no document {source!r} in collection {collection!r}")
+        return found
 
     def collections(self, caller: Caller) -> list[dict[str, Any]]:
         return [info.model_dump() for info in self.kb.collections() if caller.may_read(info.name)]
@@ -388,6 +421,14 @@ class Service:
             if scope is None or doc.collection in scope
         ]
         return len(found), found[offset : offset + limit]
+
+
+def version() -> str:
+    """ragloop's version, as the server names itself (HTTP and MCP)."""
+    try:
+        return metadata.version("ragloop")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source checkout
+        return "0"
 
 
 def check_failed(result: Any) -> None:

@@ -166,6 +166,24 @@ class KnowledgeBaseConformance:
         assert chunk.metadata["collection"] == "default"
         assert chunk.source.endswith("returns.md")
 
+    def test_a_document_reads_whole_in_its_order(self, kb: KnowledgeBase) -> None:
+        from ragloop.kb.stores.base import DocumentChunks
+
+        source = kb.search("sale items final", mode="bm25", top_k=1)[0].source
+        found = kb.document_text("default", source)
+        assert found is not None
+        assert found.version == kb.document_version("default", source)
+        assert found.title == "Returns policy"
+        assert found.text.startswith("# Returns policy\n\n")
+        assert "\n\n## Exceptions\n\n" in found.text
+        assert isinstance(kb.store, DocumentChunks)
+        chunks = [c.content.strip() for c in kb.store.document_chunks("default", source)]
+        assert chunks
+        assert all(text in found.text for text in chunks)
+        assert found.text.index(chunks[0]) < found.text.index(chunks[-1])
+        assert kb.document_text("default", "no/such.md") is None
+        assert kb.document_text("elsewhere", source) is None
+
     def test_add_documents_from_text(self, tmp_path: Path) -> None:
         kb = self.make_kb(tmp_path, HashEmbedder(128))
         report = kb.add_documents(

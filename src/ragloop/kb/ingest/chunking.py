@@ -20,7 +20,7 @@ the chunk before it), hence never longer than ``CHARS_PER_TOKEN`` times that in 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,3 +279,50 @@ def _pack(blocks: list[Block], heading_path: list[str], config: ChunkingConfig) 
             previous.text = merged
             out.pop()
     return out
+
+
+# -- back to a document --------------------------------------------------------------------------
+
+OVERLAP_PROBE = 24  # characters of a chunk's start looked for in the end of the one before
+
+
+def rejoin(chunks: Sequence[tuple[Sequence[str], str]]) -> str:
+    """A document's text again from its chunks in order, each given as (heading path, text):
+    a section's headings as Markdown headings where the section starts (the first one, the
+    document's title, as ``#``), and the words two pieces of one section share at their cut
+    (the overlap the chunker carries) written once."""
+    out: list[str] = []
+    shown: list[str] = []
+    previous = ""
+    for path, text in chunks:
+        headings = [h for h in path if h.strip()]
+        if headings != shown:
+            common = 0
+            while common < min(len(headings), len(shown)) and headings[common] == shown[common]:
+                common += 1
+            out.extend(
+                f"{'#' * min(depth + 1, 6)} {h}"
+                for depth, h in enumerate(headings)
+                if depth >= common
+            )
+            shown, previous = headings, ""
+        text = text.strip()
+        cut = _overlap(previous, text)
+        if text[cut:].strip():
+            out.append(text[cut:].strip())
+        previous = text
+    return "\n\n".join(out) + ("\n" if out else "")
+
+
+def _overlap(before: str, after: str) -> int:
+    """How many characters at the start of ``after`` repeat the end of ``before``."""
+    if not before or len(after) < OVERLAP_PROBE:
+        return 0
+    probe = after[:OVERLAP_PROBE]
+    at = before.find(probe)
+    while at >= 0:
+        tail = before[at:]
+        if after.startswith(tail):
+            return len(tail)
+        at = before.find(probe, at + 1)
+    return 0

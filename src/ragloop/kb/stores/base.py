@@ -115,7 +115,7 @@ class Store(Protocol):
     What a store must do; what it may do besides is each a protocol below
     (:class:`BatchWrites`, :class:`MetadataUpdates`, :class:`CountedTerms`,
     :class:`FusedSearch`, :class:`PreloadedIndexes`, :class:`BulkVectorFill`,
-    :class:`SharedQueryVectors`), which the
+    :class:`SharedQueryVectors`, :class:`DocumentChunks`), which the
     knowledge base and the ingest check with ``isinstance`` and use when a store has it.
     """
 
@@ -281,3 +281,12 @@ class SharedQueryVectors(Protocol):
 
     def cached_query_vector(self, model_id: str, query: str) -> list[float] | None: ...
     def cache_query_vector(self, model_id: str, query: str, vector: Sequence[float]) -> None: ...
+
+
+@runtime_checkable
+class DocumentChunks(Protocol):
+    """A store that reads one document's chunks, in their order in the document: what
+    :meth:`KnowledgeBase.document_text <ragloop.KnowledgeBase.document_text>` puts together
+    (MCP's resources read a document whole)."""
+
+    def document_chunks(self, collection: str, source: str) -> list[Chunk]: ...

@@ -101,6 +101,13 @@ class InMemoryStore(WritesInBatches):
     def _entries(self) -> list[tuple[_Stored, int]]:
         return [(stored, i) for stored in self._docs.values() for i in range(len(stored.chunks))]
 
+    def document_chunks(self, collection: str, source: str) -> list[Chunk]:
+        """One document's chunks, in their order in it (none: no such document)."""
+        stored = self._docs.get((collection, source))
+        return (
+            [] if stored is None else [_to_chunk(stored, i, 1.0) for i in range(len(stored.chunks))]
+        )
+
     def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
         by_id = {s.chunks[i].id: (s, i) for s, i in self._entries()}
         return [_to_chunk(*by_id[i], 1.0) for i in ids if i in by_id]

@@ -74,6 +74,16 @@ class PostgresReads(PostgresDatabase):
             ).fetchall()
         return [DocumentRecord(*row) for row in rows]
 
+    def document_chunks(self, collection: str, source: str) -> list[Chunk]:
+        """One document's chunks, in their order in it (none: no such document)."""
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {CHUNK_COLUMNS} {FROM_CHUNKS} WHERE c.collection = %s AND d.source = %s "
+                "ORDER BY c.position",
+                (collection, source),
+            ).fetchall()
+        return [chunk_from_row(row, 1.0) for row in rows]
+
     def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
         if not ids:
             return []

@@ -87,6 +87,15 @@ class SQLiteStore(Writes, KeywordSearch, DenseSearch, WritesInBatches):
         ]
 
     @guarded
+    def document_chunks(self, collection: str, source: str) -> list[Chunk]:
+        """One document's chunks, in their order in it (none: no such document)."""
+        rows = self._conn().execute(
+            f"{SELECT_CHUNKS} WHERE d.collection = ? AND d.source = ? ORDER BY c.position",
+            (collection, source),
+        )
+        return [chunk_from_row(row, 1.0) for row in rows]
+
+    @guarded
     def get_chunks(self, ids: Sequence[str]) -> list[Chunk]:
         if not ids:
             return []
