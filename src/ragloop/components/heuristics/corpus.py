@@ -143,9 +143,9 @@ class Corpus:
         # bounded so a server that answers for months holds no more than a few megabytes a
         # corpus: a run reuses its own samples and vectors; words also persist in the store
         self._samples: _Lru[str, list[Chunk]] = _Lru(64)
-        self._mentions: _Lru[str, bool] = _Lru(4096)
-        self._substitutes: _Lru[str, list[str]] = _Lru(4096)
-        self._vectors: _Lru[str, npt.NDArray[np.float32]] = _Lru(8192)
+        self._mentions: _Lru[str, bool] = _Lru(2048)
+        self._substitutes: _Lru[str, list[str]] = _Lru(2048)
+        self._vectors: _Lru[str, npt.NDArray[np.float32]] = _Lru(4096)
 
     @classmethod
     def of(cls, source: Any, **options: Any) -> Corpus:

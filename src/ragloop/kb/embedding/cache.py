@@ -2,7 +2,9 @@
 
 Both are keyed by the embedding model too, so one cache may serve knowledge bases built with
 different models. They are thread-safe and bounded (least recently used entries go first), and
-meant to be shared: across the iterations of a run, across runs, across loops.
+meant to be shared: across the iterations of a run, across runs, across loops. A vector is kept
+as 32-bit floats (what the embedders compute), 1.5 kB for 384 dimensions where a list of Python
+floats took 12 kB: a server's caches full of queries stay small.
 
 - :class:`ExactEmbeddingCache`: the key is the text lower-cased with whitespace collapsed, so
   ``"What is RAG?"`` and ``"what  is rag?"`` share a vector.
@@ -15,6 +17,7 @@ meant to be shared: across the iterations of a run, across runs, across loops.
 from __future__ import annotations
 
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -42,7 +45,7 @@ class ExactEmbeddingCache:
 
     def __init__(self, max_entries: int = 4096) -> None:
         self.max_entries = _positive(max_entries, "max_entries")
-        self._vectors: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._vectors: OrderedDict[tuple[str, str], array[float]] = OrderedDict()
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
@@ -56,12 +59,16 @@ class ExactEmbeddingCache:
                 return None
             self._vectors.move_to_end(key)
             self._hits += 1
-            return vector
+            return vector.tolist()
 
     def store(self, model_id: str, text: str, vector: Sequence[float]) -> None:
+        self.keep(model_id, text, array("f", vector))
+
+    def keep(self, model_id: str, text: str, vector: array[float]) -> None:
+        """Store a vector already packed (shared with a semantic layer, not copied)."""
         key = (model_id, cache_key(text))
         with self._lock:
-            self._vectors[key] = list(vector)
+            self._vectors[key] = vector
             self._vectors.move_to_end(key)
             while len(self._vectors) > self.max_entries:
                 self._vectors.popitem(last=False)
@@ -106,7 +113,7 @@ class SemanticEmbeddingCache:
         self.exact = exact if exact is not None else ExactEmbeddingCache()
         self.threshold = float(threshold)
         self.max_entries = _positive(max_entries, "max_entries")
-        self._terms: OrderedDict[tuple[str, str], tuple[frozenset[str], list[float]]] = (
+        self._terms: OrderedDict[tuple[str, str], tuple[frozenset[str], array[float]]] = (
             OrderedDict()
         )
         self._lock = threading.Lock()
@@ -139,13 +146,14 @@ class SemanticEmbeddingCache:
         if best is None:
             return None
         self._terms.move_to_end(best[1])
-        return self._terms[best[1]][1]
+        return self._terms[best[1]][1].tolist()
 
     def store(self, model_id: str, text: str, vector: Sequence[float]) -> None:
-        self.exact.store(model_id, text, vector)
+        packed = array("f", vector)
+        self.exact.keep(model_id, text, packed)
         key = (model_id, cache_key(text))
         with self._lock:
-            self._terms[key] = (frozenset(content_terms(text)), list(vector))
+            self._terms[key] = (frozenset(content_terms(text)), packed)
             self._terms.move_to_end(key)
             while len(self._terms) > self.max_entries:
                 self._terms.popitem(last=False)
