@@ -3,8 +3,8 @@
 Both are keyed by the embedding model too, so one cache may serve knowledge bases built with
 different models. They are thread-safe and bounded (least recently used entries go first), and
 meant to be shared: across the iterations of a run, across runs, across loops. A vector is kept
-as 32-bit floats (what the embedders compute), 1.5 kB for 384 dimensions where a list of Python
-floats took 12 kB: a server's caches full of queries stay small.
+packed (an ``array`` of doubles: 3 kB for 384 dimensions where a list of Python floats took
+12 kB), so a server's caches full of queries stay small and give back the very floats stored.
 
 - :class:`ExactEmbeddingCache`: the key is the text lower-cased with whitespace collapsed, so
   ``"What is RAG?"`` and ``"what  is rag?"`` share a vector.
@@ -62,7 +62,7 @@ class ExactEmbeddingCache:
             return vector.tolist()
 
     def store(self, model_id: str, text: str, vector: Sequence[float]) -> None:
-        self.keep(model_id, text, array("f", vector))
+        self.keep(model_id, text, array("d", vector))
 
     def keep(self, model_id: str, text: str, vector: array[float]) -> None:
         """Store a vector already packed (shared with a semantic layer, not copied)."""
@@ -149,7 +149,7 @@ class SemanticEmbeddingCache:
         return self._terms[best[1]][1].tolist()
 
     def store(self, model_id: str, text: str, vector: Sequence[float]) -> None:
-        packed = array("f", vector)
+        packed = array("d", vector)
         self.exact.keep(model_id, text, packed)
         key = (model_id, cache_key(text))
         with self._lock:
