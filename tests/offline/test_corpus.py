@@ -73,3 +73,15 @@ def test_a_knowledge_base_retriever_keeps_its_collection():
 def test_anything_else_is_refused():
     with pytest.raises(TypeError, match="KnowledgeBase, a retriever"):
         Corpus.of(42)
+
+
+def test_vectors_come_back_for_every_text_when_the_bounded_cache_drops_what_it_held():
+    from ragloop.kb.embedding.hash_embedder import HashEmbedder
+
+    corpus = Corpus(InMemoryRetriever([]).retrieve, embedder=HashEmbedder(16))
+    corpus._vectors.size = 2  # a cache smaller than one call's texts: words fall out meanwhile
+    first = corpus.vectors(["arguments", "options"])
+    again = corpus.vectors(["arguments", "flags", "switches", "arguments"])
+    assert again.shape == (4, 16)
+    assert (again[0] == first[0]).all() and (again[3] == first[0]).all()
+    assert len(corpus._vectors) == 2

@@ -302,8 +302,9 @@ class Corpus:
     def vectors(self, texts: list[str]) -> npt.NDArray[np.float32]:
         """Normalised embeddings of ``texts`` (cached); needs an embedder."""
         assert self.embedder is not None
-        with self._lock:
-            missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        with self._lock:  # read what is cached now: a bounded cache may drop it meanwhile
+            known = {t: self._vectors[t] for t in dict.fromkeys(texts) if t in self._vectors}
+        missing = [t for t in dict.fromkeys(texts) if t not in known]
         if missing:
             # single words are kept between runs (a corpus's vocabulary is bounded); sentences
             # only in memory, so the knowledge base file does not grow with every question
@@ -328,8 +329,8 @@ class Corpus:
             with self._lock:
                 for text in missing:
                     self._vectors.put(text, found[text])
-        with self._lock:
-            return np.stack([self._vectors[t] for t in texts])
+            known.update(found)
+        return np.stack([known[t] for t in texts])
 
     def fetch(self, chunk_ids: Sequence[str]) -> list[Chunk]:
         """The chunks with these ids that the corpus can look up (none without ``fetch``)."""
