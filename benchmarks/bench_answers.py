@@ -56,9 +56,11 @@ from bench_retrieval import DATASETS, knowledge_base
 from withheld import NAMES, withheld_set
 
 from ragloop import AgentLoop, ExtractiveGenerator, KnowledgeBase, RAGLoop
+from ragloop.components.calibration import IDENTITY
 from ragloop.components.citations import NO_ANSWER, strip_citations
 from ragloop.components.heuristics.questions import question_parts
 from ragloop.core.records import Chunk, StopReason
+from ragloop.core.records.gaps import shown_answer
 from ragloop.evaluation.configurations import answer_chance, answered_by
 from ragloop.evaluation.datasets import EvalQuestion, load_dataset
 from ragloop.evaluation.metrics import answer_contains
@@ -77,14 +79,29 @@ from ragloop.offline import answered_retrieval_loop
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 PYDOCS = DATA / "pydocs311" / "pydocs311-html.tar.gz"
 PYDOCS_QA = DATA / "pydocs311_qa" / "dev.jsonl"
+HOWTO_QA = Path(__file__).resolve().parent / "howto_dev.jsonl"  # ours, asked as users ask
+DEMO_QA = Path(__file__).resolve().parent / "demo_dev.jsonl"  # ours, over the demo shop
 CACHE = Path(__file__).resolve().parent / ".cache"
 CORPUS_FOLDERS = ("library", "tutorial", "howto", "faq", "reference")
 CONFIDENT = {StopReason.CONVERGED, StopReason.ANSWERED}
 HOTPOT_EVERY = 4
+UNANSWERABLE = ("unanswerable", "withheld")  # the kinds of question the documents do not answer
 WITHHELD = 30  # withheld questions of each dataset (and as many answerable ones)
 HALF_ANSWERED = 16  # fact questions paired with as many unanswerable ones, in both orders
 COVERAGES = (0.25, 0.5, 0.75, 1.0)
 THRESHOLDS = (0.3, 0.5, 0.7, 0.9)
+# what issue 59 asks of an engine that says when it is sure: right over the answerable
+# questions (what the answer shows, its closest passages included when it is not sure),
+# confident and right over the answerable ones, precision of the confident answers
+TRUST_COLUMNS = (
+    "right",
+    "confident and right",
+    "paraphrase: confident and right",
+    "confident but wrong",
+    "precision",
+    "refusal",
+    "p50 s",
+)
 COLUMNS = (
     "accuracy",
     "fact",
@@ -119,12 +136,21 @@ class Run:
     seconds: float
     normalised: bool = False  # right: a gold answer in the answer as SQuAD normalises both
     iterations: list[dict[str, Any]] = field(default_factory=list)
+    attempt: str = ""  # the engine's own answer, which ``answer`` shows only when it is sure
 
     @property
     def right(self) -> bool:
+        return self.holds_gold(self.answer)
+
+    @property
+    def attempt_right(self) -> bool:
+        """Whether the engine's own answer is right (what a calibration of its chance reads)."""
+        return self.holds_gold(self.attempt or self.answer)
+
+    def holds_gold(self, text: str) -> bool:
         if self.normalised:
-            return bool(self.item.gold) and bool(answer_contains(self.answer, self.item.gold[0]))
-        return is_right(self.answer, self.item.gold)
+            return bool(self.item.gold) and bool(answer_contains(text, self.item.gold[0]))
+        return is_right(text, self.item.gold)
 
 
 def is_right(answer: str, gold: tuple[tuple[str, ...], ...]) -> bool:
@@ -140,6 +166,7 @@ class Answer:
     chunks: list[Chunk]
     score: float | None = None
     iterations: list[dict[str, Any]] = field(default_factory=list)  # a loop's, for --dump
+    attempt: str = ""  # the engine's own answer (``text`` is what a user reads)
 
 
 @dataclass
@@ -157,9 +184,12 @@ class Engine:
 # -- data --------------------------------------------------------------------------------------
 
 
-def pydocs_items() -> list[Item]:
+def pydocs_items(path: Path = PYDOCS_QA) -> list[Item]:
+    """The questions of a dev set of the pydocs corpus (the dev set; ``HOWTO_QA``)."""
     items = []
-    for line in PYDOCS_QA.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
         row = json.loads(line)
         groups = row.get("gold_answers_all") or ([row["gold_answers"]] if row["answerable"] else [])
         items.append(
@@ -195,6 +225,17 @@ def pydocs_knowledge_base(path: Path | None = None) -> KnowledgeBase:
     return kb
 
 
+def demo_knowledge_base() -> KnowledgeBase:
+    """The demo shop's knowledge base (what ``make demo`` ingests), built once into
+    benchmarks/.cache."""
+    from ragloop.demo import demo_documents
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    kb = KnowledgeBase(CACHE / "demo.sqlite")
+    kb.add_documents(demo_documents())
+    return kb
+
+
 def page_of(source: str) -> str:
     """A chunk source as a corpus page (``library/functools.html``), relative or absolute."""
     parts = Path(source).parts
@@ -221,11 +262,14 @@ def iteration_records(result: Any) -> list[dict[str, Any]]:
     ]
 
 
-def engines(kb: KnowledgeBase, model: Any = None) -> list[Engine]:
+def engines(kb: KnowledgeBase, model: Any = None, *, raw: bool = False) -> list[Engine]:
+    """The engines under test; ``raw``: the offline loops judge with the evaluator's score as
+    it comes (the identity calibration, target 0.5), the runs calibrate_confidence.py fits."""
     generator = ExtractiveGenerator(corpus=kb)
-    rag = RAGLoop.offline(kb, model=model)
-    agent = AgentLoop.offline(kb, model=model)
-    retrieval = answered_retrieval_loop(kb, model=model)
+    settings: dict[str, Any] = {"calibration": IDENTITY, "target_precision": 0.5} if raw else {}
+    rag = RAGLoop.offline(kb, model=model, **settings)
+    agent = AgentLoop.offline(kb, model=model, **settings)
+    retrieval = answered_retrieval_loop(kb, model=model, **settings)
 
     def one_search(question: str) -> Answer:
         chunks = kb.search(question, top_k=5)
@@ -238,14 +282,17 @@ def engines(kb: KnowledgeBase, model: Any = None) -> list[Engine]:
             answered = answered_by(result)
             chunks = answered.chunks if answered else []
             chance, _, confident = answer_chance(result)  # calibrated, else the judge's score
-            return Answer(result.answer, confident, chunks, chance, iteration_records(result))
+            shown = shown_answer(result.answer, confident, result.gaps)  # what a user reads
+            records = iteration_records(result)
+            return Answer(shown, confident, chunks, chance, records, result.answer)
 
         return run
 
     def agent_run(question: str) -> Answer:
         result = agent.run(question)
         chance, _, confident = answer_chance(result)  # a chance when its loop judges answers
-        return Answer(result.answer or "", confident, list(result.chunks), chance)
+        shown = shown_answer(result.answer, confident, result.gaps)
+        return Answer(shown, confident, list(result.chunks), chance, [], result.answer or "")
 
     return [
         Engine("one search + ExtractiveGenerator", one_search, hedges=True),
@@ -272,6 +319,7 @@ def measure(kb: KnowledgeBase, engine: Engine, items: list[Item]) -> None:
                 kb.searches - before,
                 seconds,
                 iterations=out.iterations,
+                attempt=strip_citations(out.attempt or out.text),
             )
         )
 
@@ -284,9 +332,9 @@ def pct(part: int, whole: int) -> str:
 
 
 def summary(runs: list[Run]) -> dict[str, str]:
-    answerable = [r for r in runs if r.item.kind != "unanswerable"]
-    unanswerable = [r for r in runs if r.item.kind == "unanswerable"]
-    wrong = [r for r in runs if r.confident and (r.item.kind == "unanswerable" or not r.right)]
+    answerable = [r for r in runs if r.item.kind not in UNANSWERABLE]
+    unanswerable = [r for r in runs if r.item.kind in UNANSWERABLE]
+    wrong = [r for r in runs if r.confident and (r.item.kind in UNANSWERABLE or not r.right)]
     found = [r for r in answerable if r.item.pages & set(r.evidence[:5])]
     seconds = sorted(r.seconds for r in runs)
     out = {
@@ -303,6 +351,15 @@ def summary(runs: list[Run]) -> dict[str, str]:
     for kind in ("fact", "paraphrase", "multi"):
         of_kind = [r for r in answerable if r.item.kind == kind]
         out[kind] = pct(sum(r.right for r in of_kind), len(of_kind))
+    sure = [r for r in runs if r.confident]
+    sure_right = [r for r in sure if r.item.kind not in UNANSWERABLE and r.right]
+    out["right"] = out["accuracy"]
+    out["confident and right"] = pct(len(sure_right), len(answerable))
+    paraphrases = [r for r in answerable if r.item.kind == "paraphrase"]
+    out["paraphrase: confident and right"] = pct(
+        sum(r.confident and r.right for r in paraphrases), len(paraphrases)
+    )
+    out["precision"] = pct(len(sure_right), len(sure))
     return out
 
 
@@ -461,6 +518,7 @@ def hotpot_section() -> list[str]:
             out = engine.answer(item.question)
             text = strip_citations(out.text)
             run = Run(item, text, out.confident, out.score, [], 0, time.perf_counter() - started)
+            run.attempt = strip_citations(out.attempt or out.text)
             engine.runs.append(run)
     lines = [
         "| engine | answer contains the gold answer | confident but wrong | p50 s |",
@@ -499,7 +557,9 @@ def question_item(question: EvalQuestion, kind: str, dataset: str) -> Item:
     )
 
 
-def withheld_runs(size: int, names: list[str] | None = None) -> tuple[list[Engine], list[str]]:
+def withheld_runs(
+    size: int, names: list[str] | None = None, *, raw: bool = False
+) -> tuple[list[Engine], list[str]]:
     """Every engine on each dataset's withheld and answerable questions, over the knowledge
     base without the withheld gold passages; the runs of all datasets gathered per engine."""
     gathered: dict[str, Engine] = {}
@@ -513,7 +573,7 @@ def withheld_runs(size: int, names: list[str] | None = None) -> tuple[list[Engin
             f"{name}: {len(built.withheld)} withheld and {len(built.answerable)} answerable "
             f"questions, {hidden} gold passages of {built.passages:,} withheld"
         )
-        for engine in engines(built.kb):
+        for engine in engines(built.kb, raw=raw):
             if names and not any(engine.name.lower().startswith(p) for p in names):
                 continue
             print(f"  {name}: {engine.name} ...", file=sys.stderr, flush=True)
@@ -524,6 +584,7 @@ def withheld_runs(size: int, names: list[str] | None = None) -> tuple[list[Engin
                 text = strip_citations(out.text)
                 run = Run(item, text, out.confident, out.score, [], 0, seconds, normalised=True)
                 run.iterations = out.iterations
+                run.attempt = strip_citations(out.attempt or out.text)
                 engine.runs.append(run)
             kept = gathered.setdefault(engine.name, engine)
             if kept is not engine:
@@ -559,9 +620,13 @@ def withheld_table(chosen: list[Engine]) -> list[str]:
 
 
 def withheld_section(
-    size: int = WITHHELD, names: list[str] | None = None, dump: Path | None = None
+    size: int = WITHHELD,
+    names: list[str] | None = None,
+    dump: Path | None = None,
+    *,
+    raw: bool = False,
 ) -> list[str]:
-    chosen, notes = withheld_runs(size, names)
+    chosen, notes = withheld_runs(size, names, raw=raw)
     if dump:
         write_runs(dump, chosen)
     return [
@@ -681,6 +746,7 @@ def write_runs(path: Path, chosen: list[Engine]) -> None:
                     "answer": r.answer,
                     "score": r.score,
                     "right": r.right,
+                    "attempt_right": r.attempt_right,
                     "confident": r.confident,
                     "iterations": r.iterations,
                 }
@@ -753,6 +819,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kb", type=Path, help="a built knowledge base of the pydocs corpus")
     parser.add_argument("--limit", type=int, default=0, help="only the first N questions")
+    parser.add_argument(
+        "--questions",
+        type=Path,
+        default=PYDOCS_QA,
+        help=f"a dev set of the pydocs corpus (default the dev set; ours: {HOWTO_QA.name})",
+    )
+    parser.add_argument(
+        "--demo", action="store_true", help=f"the demo shop and its questions ({DEMO_QA.name})"
+    )
+    parser.add_argument(
+        "--raw",
+        action="store_true",
+        help="the offline loops read the judge's score as it comes (the identity calibration, "
+        "target 0.5): runs for calibrate_confidence.py",
+    )
     parser.add_argument("--engines", default="", help="comma-separated engine name prefixes")
     parser.add_argument("--failures", action="store_true", help="list what each engine got wrong")
     parser.add_argument("--model", help="a model spec: run the LLM components")
@@ -773,16 +854,20 @@ def main() -> None:
         return
     prefixes = [p.strip().lower() for p in args.engines.split(",") if p.strip()]
     if args.withheld:
-        print("\n".join(withheld_section(args.withheld, prefixes, args.dump)))
+        print("\n".join(withheld_section(args.withheld, prefixes, args.dump, raw=args.raw)))
         return
-    kb = pydocs_knowledge_base(args.kb)
-    items = pydocs_items()[: args.limit or None]
+    if args.demo:
+        kb = demo_knowledge_base()
+        items = pydocs_items(DEMO_QA)[: args.limit or None]
+    else:
+        kb = pydocs_knowledge_base(args.kb)
+        items = pydocs_items(args.questions)[: args.limit or None]
     model = None
     if args.model:
         from ragloop import resolve_model
 
         model = resolve_model(args.model)
-    chosen = engines(kb, model)
+    chosen = engines(kb, model, raw=args.raw)
     if prefixes:
         chosen = [e for e in chosen if any(e.name.lower().startswith(p) for p in prefixes)]
     for engine in chosen:
@@ -791,6 +876,7 @@ def main() -> None:
     if args.dump:
         write_runs(args.dump, chosen)
     print("\n".join(table(chosen)))
+    print("\n" + "\n".join(table(chosen, TRUST_COLUMNS)))
     print("\n" + "\n".join(selective_table(chosen)))
     print("\n" + "\n".join(threshold_table(chosen)))
     for engine in chosen:

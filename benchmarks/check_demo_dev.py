@@ -60,7 +60,7 @@ def shipped_questions() -> set[str]:
         from ragloop.demo import DEMO_QUESTIONS
 
         texts += [q.text for q in DEMO_QUESTIONS]
-    except Exception:  # noqa: BLE001 - the fallback list is enough
+    except Exception:
         pass
     return {t.casefold().strip() for t in texts}
 

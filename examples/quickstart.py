@@ -12,7 +12,7 @@ loop = RAGLoop.offline(kb)
 result = loop.run("What warranty does the tent Priya Shah takes wild camping come with?")
 
 print(result.answer)  # quoted sentences, [n] citations, and their sources
-print(result.stop_reason, result.iterations)  # converged 2
+print(result.stop_reason, result.iterations, result.confident, f"{result.probability:.2f}")
 for it in result.trace:  # why: every iteration, with the strategy behind its queries
     print(f"[{it.iteration}] {it.strategy} {it.queries} -> {it.evaluation.score:.2f}")
     print(f"    {it.evaluation.reason}")

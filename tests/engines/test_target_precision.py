@@ -235,3 +235,27 @@ def test_a_give_up_without_a_closest_answer_is_judged_as_it_reads():
     result = loop.run(Q)
     assert result.answer == "Could not answer: no weight for the tent itself"
     assert [answer for _, _, answer in judge.calls] == [result.answer]
+
+
+def test_the_offline_loops_stand_by_answers_at_0_8_read_through_the_shipped_calibration():
+    from ragloop import KnowledgeBase
+    from ragloop.components.heuristics.confidence import offline_calibration
+    from ragloop.offline import OFFLINE_TARGET_PRECISION, answered_retrieval_loop
+
+    shipped = offline_calibration()
+    assert OFFLINE_TARGET_PRECISION == 0.8
+    assert shipped.method == "selective"
+    assert shipped.evaluator == "heuristic"
+    assert len(shipped.fitted_on.split(", ")) >= 3  # several corpora, none alone decides
+    assert shipped.values == sorted(shipped.values)  # a higher score never reads lower
+    assert shipped.probability(shipped.score_for(0.8)) >= 0.8
+    kb = KnowledgeBase.in_memory(embedder=None)
+    for loop in (RAGLoop.offline(kb), answered_retrieval_loop(kb)):
+        assert loop.config.target_precision == 0.8
+        assert loop.config.calibration == shipped
+    assert AgentLoop.offline(kb).calibration == shipped
+    own = RAGLoop.offline(kb, calibration=GENEROUS)  # the user's fit replaces it
+    assert own.config.calibration == GENEROUS
+    assert own.config.target_precision == 0.8
+    raw = RAGLoop.offline(kb, confidence_threshold=0.5)  # a threshold: the score as it is
+    assert raw.config.calibration is None

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from ragloop.cli import main
 from ragloop.components.calibration import Calibration
+from ragloop.components.heuristics.confidence import offline_calibration
 from ragloop.evaluation.configurations import build_knowledge_base, make_configuration
 from ragloop.evaluation.datasets import DatasetError, load_dataset
 from ragloop.evaluation.harness import EvalReport, FunctionConfiguration, Outcome, evaluate
@@ -112,8 +113,9 @@ def test_the_offline_loops_report_their_chance_and_whether_they_stand_by_it(tmp_
         assert m.refusals > 0  # the shop does not say what the Ridgeline costs, ...
         assert m.confident > 0  # ... but it does say who founded it
     rag = report.results["RAGLoop"]
-    assert all(r.score == r.probability for r in rag)  # no calibration: the score is the chance
-    assert [r.confident for r in rag] == [r.probability >= 0.5 for r in rag]
+    shipped = offline_calibration()  # the offline loops read the score through it
+    assert all(r.probability == shipped.probability(r.score or 0.0) for r in rag)
+    assert [r.confident for r in rag] == [r.probability >= 0.8 for r in rag]
     png = recall_chart(report, tmp_path / "chart.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert struct.unpack(">II", png[16:24]) == (1560, 540)  # recall and risk-coverage side by side

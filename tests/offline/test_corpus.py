@@ -83,5 +83,6 @@ def test_vectors_come_back_for_every_text_when_the_bounded_cache_drops_what_it_h
     first = corpus.vectors(["arguments", "options"])
     again = corpus.vectors(["arguments", "flags", "switches", "arguments"])
     assert again.shape == (4, 16)
-    assert (again[0] == first[0]).all() and (again[3] == first[0]).all()
+    assert (again[0] == first[0]).all()
+    assert (again[3] == first[0]).all()
     assert len(corpus._vectors) == 2

@@ -96,3 +96,35 @@ def test_a_part_with_a_word_no_document_uses_is_not_found(shop):
     assert gaps is not None
     assert [p.found for p in gaps.parts] == [True, False]
     assert "bitcoin" in gaps.missing_terms
+
+
+@pytest.mark.parametrize(
+    "other",
+    ["what does a helicopter cost", "is there free parking for cars at the shop"],
+)
+def test_a_part_about_what_no_document_mentions_is_not_found_in_a_sentence_that_shares_a_word(
+    shop, other
+):
+    from ragloop import HeuristicEvaluator
+
+    question = f"How much does the Skylark 2 weigh, and {other}?"
+    answer = "It weighs 1.6 kg with pegs and poles. [1] The Skylark 2 costs £329. [2]"
+    chunks = shop.search(question, top_k=5)
+    weight, price = HeuristicEvaluator(corpus=shop).evidence_gaps(question, chunks, answer).parts
+    assert weight.found
+    assert weight.source == "products/skylark-2.md"
+    assert not price.found  # "costs £329" is the tent's price, not what was asked
+
+
+def test_closest_passages_are_sentences_best_first_with_their_sections(shop):
+    from ragloop import HeuristicEvaluator
+
+    question = "How heavy is the Skylark 2 tent?"
+    closest = HeuristicEvaluator(corpus=shop).closest(question, shop.search(question, top_k=5))
+    assert closest
+    assert len(closest) <= 3
+    assert [m.score for m in closest] == sorted((m.score for m in closest), reverse=True)
+    assert "1.6 kg" in closest[0].text
+    assert closest[0].source == "products/skylark-2.md"
+    assert closest[0].heading == "Skylark 2"
+    assert len({m.chunk_id for m in closest}) == len(closest)

@@ -13,6 +13,7 @@ pytest.importorskip("fastapi", reason="the server tests need ragloop[server]")
 pytest.importorskip("uvicorn", reason="the server tests need ragloop[server]")
 
 from ragloop import Document, KnowledgeBase
+from ragloop.components.calibration import IDENTITY
 from ragloop.config import Settings, hash_key
 from ragloop.server.app import create_app
 from ragloop.server.running import BackgroundServer
@@ -81,10 +82,22 @@ def key_settings(**server: object) -> Settings:
 
 @contextlib.contextmanager
 def serving(kb_path: Path, settings: Settings, tmp_path: Path) -> Iterator[tuple[str, Service]]:
-    """The app over a knowledge base file, served on loopback."""
+    """The app over a knowledge base file, served on loopback. Unless the settings say
+    otherwise its engines read the judge's score as the chance (the identity calibration) and
+    stand by an answer at 0.5: these knowledge bases are a few sentences embedded by the hash
+    embedder, not what the offline engines' shipped calibration was fitted on."""
     kb = KnowledgeBase(kb_path, create=False)
+    engine = settings.engine
+    if engine.target_precision is None and engine.confidence_threshold is None:
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        identity = tmp_path / "identity-calibration.json"
+        identity.write_text(IDENTITY.model_dump_json(), encoding="utf-8")
+        engine = engine.model_copy(update={"target_precision": 0.5, "calibration": str(identity)})
     settings = settings.model_copy(
-        update={"server": settings.server.model_copy(update={"traces": str(tmp_path / "t.sqlite")})}
+        update={
+            "server": settings.server.model_copy(update={"traces": str(tmp_path / "t.sqlite")}),
+            "engine": engine,
+        }
     )
     service = Service(kb, settings)
     try:
@@ -101,6 +114,13 @@ def server(kb_file, tmp_path) -> Iterator[tuple[str, Service]]:
     time, pubadmin is an admin of public only."""
     with serving(kb_file, key_settings(), tmp_path) as running:
         yield running
+
+
+def engine_key(service: Service, kind: str) -> tuple[object, ...]:
+    """The key the service keeps its engine of ``kind`` over every collection under (built
+    once here), where a test puts an engine of its own."""
+    service.engine(kind, None)
+    return next(key for key in reversed(service._engines) if key[:2] == (kind, None))
 
 
 def auth(name: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ import pytest
 
 from ragloop import LoopConfig, RAGLoop
 from tests.helpers import EchoGenerator, ListReformulator, ScoreEvaluator, SlowAsyncRetriever
-from tests.server.conftest import auth
+from tests.server.conftest import auth, engine_key
 
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
@@ -61,7 +61,7 @@ def test_a_missing_or_unknown_key_says_how_to_authenticate(server):
 
 def test_429_says_when_to_retry(server):
     url, service = server
-    service._engines[("rag", None, ())] = RAGLoop(
+    service._engines[engine_key(service, "rag")] = RAGLoop(
         SlowAsyncRetriever(delay=1.0),
         EchoGenerator(),
         ScoreEvaluator([1.0]),
@@ -85,7 +85,7 @@ def test_429_says_when_to_retry(server):
     try:
         refused = asyncio.run(two_at_once())
     finally:
-        del service._engines[("rag", None, ())]
+        del service._engines[engine_key(service, "rag")]
     assert refused.status_code == 429
     assert int(refused.headers["Retry-After"]) >= 1
 

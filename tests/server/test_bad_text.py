@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from ragloop import GeneratorOutput, LoopConfig, RAGLoop
 from ragloop.config import Settings
 from tests.helpers import ListReformulator, ScoreEvaluator, chunk
-from tests.server.conftest import auth, build_kb, key_settings, serving
+from tests.server.conftest import auth, build_kb, engine_key, key_settings, serving
 from tests.server.test_http_api import sse_events
 
 LONE = "\ud800"
@@ -90,7 +90,7 @@ def test_a_stream_that_fails_after_its_200_ends_with_an_error_event(served):
         def generate(self, query: str, chunks: list[Any]) -> GeneratorOutput:
             return GeneratorOutput(answer=f"2.1 kg {LONE}", confidence=0.5)
 
-    service._engines[("rag", None, ())] = RAGLoop(
+    service._engines[engine_key(service, "rag")] = RAGLoop(
         Retriever(),
         BrokenText(),
         ScoreEvaluator([1.0]),
@@ -108,7 +108,7 @@ def test_a_stream_that_fails_after_its_200_ends_with_an_error_event(served):
             assert response.status_code == 200
             events = sse_events(response.read().decode())
     finally:
-        del service._engines[("rag", None, ())]
+        del service._engines[engine_key(service, "rag")]
     assert [kind for kind, _ in events][:2] == ["run_started", "search"]
     kind, data = events[-1]
     assert kind == "error"

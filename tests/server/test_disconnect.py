@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.helpers import slow_loop
-from tests.server.conftest import auth
+from tests.server.conftest import auth, engine_key
 
 ROUTES = {
     "/v1/ask": ({"question": "never answered", "engine": "rag"}, "rag"),
@@ -34,7 +34,7 @@ def cancelled(service) -> int:
 def test_a_client_that_gives_up_frees_its_slot(server, path):
     url, service = server
     body, kind = ROUTES[path]
-    service._engines[(kind, None, ())] = slow_loop()
+    service._engines[engine_key(service, kind)] = slow_loop()
     before = cancelled(service)
     try:
         with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
@@ -45,7 +45,7 @@ def test_a_client_that_gives_up_frees_its_slot(server, path):
             time.sleep(0.05)
         assert running(service) == 0, "the run still holds the key's slot"
     finally:
-        del service._engines[(kind, None, ())]
+        del service._engines[engine_key(service, kind)]
     after = httpx.post(f"{url}/v1/search", json={"query": "tent"}, headers=auth("one"), timeout=30)
     assert after.status_code == 200
     again = httpx.post(

@@ -54,7 +54,7 @@ def test_a_target_precision_asked_for_is_the_one_the_run_keeps(server):
     assert bad.status_code == 422
 
 
-def test_the_chat_route_ends_an_unsure_answer_with_one_line(server):
+def test_the_chat_route_answers_an_unsure_run_with_its_evidence_first(server):
     url, _ = server
     response = httpx.post(
         f"{url}/v1/chat/completions",
@@ -65,8 +65,12 @@ def test_the_chat_route_ends_an_unsure_answer_with_one_line(server):
     assert response.status_code == 200, response.text
     data = response.json()
     text = data["choices"][0]["message"]["content"]
-    last = text.splitlines()[-1]
-    assert last.startswith("Found: 'How much does the Skylark 2 weigh' (in skylark.md)")
-    assert "not found: 'what does a helicopter rescue cost'" in last
+    lines = text.splitlines()
+    assert lines[0] == "No sure answer was found in the documents."
+    assert lines[1].startswith("Found: 'How much does the Skylark 2 weigh' (in skylark.md)")
+    assert "not found: 'what does a helicopter rescue cost'" in lines[1]
+    assert "The closest passages, best first:" in lines
+    assert lines[lines.index("The closest passages, best first:") + 1].startswith("1. ")
+    assert "(skylark.md, Skylark 2)" in text  # each passage with its source and section
     assert data["ragloop"]["confident"] is False
     assert data["ragloop"]["gaps"]["parts"][1]["found"] is False

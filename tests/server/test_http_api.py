@@ -10,7 +10,7 @@ import pytest
 
 from ragloop import LoopConfig, RAGLoop
 from tests.helpers import EchoGenerator, ListReformulator, ScoreEvaluator, SlowAsyncRetriever
-from tests.server.conftest import auth, key_settings, serving
+from tests.server.conftest import auth, engine_key, key_settings, serving
 
 
 def sse_events(text: str) -> list[tuple[str, dict]]:
@@ -160,7 +160,7 @@ def test_limits_on_body_question_and_concurrency(kb_file, tmp_path):
             ListReformulator([["x"]]),
             LoopConfig(max_iterations=1),
         )
-        service._engines[("rag", None, ())] = slow
+        service._engines[engine_key(service, "rag")] = slow
 
         async def two_at_once() -> list[int]:
             async with httpx.AsyncClient(base_url=url, headers=auth("one"), timeout=30) as client:
@@ -174,7 +174,7 @@ def test_limits_on_body_question_and_concurrency(kb_file, tmp_path):
 
 def test_a_client_that_disconnects_cancels_its_run_and_its_trace_is_stored(server):
     url, service = server
-    service._engines[("rag", None, ())] = RAGLoop(
+    service._engines[engine_key(service, "rag")] = RAGLoop(
         SlowAsyncRetriever(delay=30.0),
         EchoGenerator(),
         ScoreEvaluator([1.0]),
@@ -202,7 +202,7 @@ def test_a_client_that_disconnects_cancels_its_run_and_its_trace_is_stored(serve
 
 def test_the_deadline_stops_a_run_and_one_without_an_answer_is_a_504(kb_file, tmp_path):
     with serving(kb_file, key_settings(deadline_s=0.5), tmp_path) as (url, service):
-        service._engines[("rag", None, ())] = RAGLoop(
+        service._engines[engine_key(service, "rag")] = RAGLoop(
             SlowAsyncRetriever(delay=30.0),
             EchoGenerator(),
             ScoreEvaluator([1.0]),

@@ -108,9 +108,11 @@ def test_each_state_wears_its_own_colour(browser, kb_path, tmp_path):
         assert edge(browser, unsure) == WARN
         assert unsure.find_element(By.CSS_SELECTOR, ".badge").text == "not sure"
         gaps = unsure.find_element(By.CSS_SELECTOR, ".gaps")
-        assert gaps.text.startswith("No sure answer was found.")
+        assert gaps.text.startswith("What was found and what was not:")
         assert "null" not in gaps.text.split()  # a part of the report it lacks is left out
-        assert gaps.find_elements(By.CSS_SELECTOR, ".gap-closest > li .passage")
+        shown = unsure.find_element(By.CSS_SELECTOR, ".answer-text")
+        assert shown.text.startswith("No sure answer was found in the documents.")
+        assert shown.find_elements(By.CSS_SELECTOR, "ol > li")  # the closest passages
         browser.save_screenshot("/tmp/page-states.png")
         browser.execute_script("localStorage.clear()")
 

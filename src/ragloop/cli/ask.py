@@ -146,8 +146,8 @@ def run_one(
     type=click.FloatRange(0.0, 1.0),
     default=None,
     help="Stand by an answer only when its calibrated chance of being right reaches this "
-    "(offline default 0.5; replaces --threshold); otherwise show the best attempt, not "
-    "confident, with what was and was not found.",
+    "(offline default 0.8, read through the shipped calibration; replaces --threshold); "
+    "otherwise show the closest passages, not confident, with what was and was not found.",
 )
 @click.option(
     "--calibration",

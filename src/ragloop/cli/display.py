@@ -15,7 +15,7 @@ from rich.text import Text
 from ragloop.cli.common import shown_path
 from ragloop.cli.tables import cell, printable, shorten
 from ragloop.core.records import StopReason
-from ragloop.core.records.gaps import EvidenceGaps
+from ragloop.core.records.gaps import EvidenceGaps, shown_answer
 from ragloop.observability.events import EventKind, LoopEvent
 from ragloop.observability.trace_reading import TraceStep, summarize, trace_steps
 from ragloop.observability.traces import TraceRecord
@@ -104,9 +104,9 @@ def answer_title(stop_reason: str) -> tuple[str, str]:
         outcome = ""
     if outcome == "success":
         return "Answer", "green"
-    if outcome in ("gave_up", "error"):
+    if outcome == "error":
         return "Not answered", "red"
-    return "Not confident: best attempt", "yellow"
+    return "Not sure: the closest passages", "yellow"
 
 
 def render_answer(
@@ -118,12 +118,16 @@ def render_answer(
     confident: bool | None = None,
 ) -> RenderableType:
     """The answer in a panel whose title and colour say how far to trust it
-    (:func:`answer_title`; ``confident=False`` marks an answer below its target precision),
-    with the evidence gaps of an answer that is not confident (:func:`render_gaps`)."""
+    (:func:`answer_title`; ``confident=False`` marks an answer below its target precision);
+    one that is not confident shows its evidence first, as every front end does
+    (:func:`~ragloop.core.records.gaps.shown_answer`), then what was found and searched
+    (:func:`render_gaps`)."""
     title, colour = answer_title(stop_reason)
-    if confident is False and colour == "green":
-        title, colour = "Not confident: below the target precision", "yellow"
-    body = Text(printable(answer or "(no answer)"))
+    sure = colour == "green" and confident is not False
+    if not sure and colour == "green":
+        title, colour = "Not sure: the closest passages", "yellow"
+    shown = shown_answer(answer, sure, gaps)
+    body = Text(printable(shown or "(no answer)"))
     footer = Text.assemble(
         ("stopped: ", "dim"),
         (printable(stop_reason), stop_style(stop_reason)),
@@ -134,16 +138,17 @@ def render_answer(
         footer.append(f"  chance right {gaps.probability:.2f}{target}", "dim")
     parts: list[RenderableType] = [body, Text("")]
     if gaps is not None:
-        parts += [render_gaps(gaps), Text("")]
+        parts += [render_gaps(gaps, nearest=sure), Text("")]
     return Panel(Group(*parts, footer), title=title, title_align="left", border_style=colour)
 
 
 PART_CHARS = 100  # a part of the question shown in a gap report
 
 
-def render_gaps(gaps: EvidenceGaps) -> Text:
+def render_gaps(gaps: EvidenceGaps, *, nearest: bool = True) -> Text:
     """What was found and what was not: each part of the question with the source that covers
-    it, the words no document has, the nearest misses and the searches tried."""
+    it, the words no document has, the nearest misses (unless the answer shows them already)
+    and the searches tried."""
     text = Text()
     for part in gaps.parts:
         if part.found:
@@ -157,7 +162,7 @@ def render_gaps(gaps: EvidenceGaps) -> Text:
         terms = ", ".join(printable(t) for t in gaps.missing_terms[:6])
         text.append("no chunk mentions  ", "dim")
         text.append(terms + "\n")
-    for miss in gaps.nearest:
+    for miss in gaps.nearest if nearest else []:
         text.append(f"closest {miss.score:.2f}  ", "dim")
         text.append(printable(miss.source), "cyan")
         text.append(f"  {_clip(miss.text, 90)}\n", "dim")

@@ -19,6 +19,7 @@ from ragloop.components.heuristics.judging import (
     answer_probability,
 )
 from ragloop.components.heuristics.questions import QuestionProfile, is_generic, profile
+from ragloop.components.heuristics.selection import closest_units
 from ragloop.components.llm.fitting import ask_fitted, cut_text, fit_chunk_prompt
 from ragloop.components.llm.prompts import evaluator_prompt, fence_chunk
 from ragloop.core.calls import GenerateFn, resolve_llm, run_sync
@@ -26,7 +27,7 @@ from ragloop.core.jsonparse import LenientBool, ParseFailure, UnitScore, parse_l
 from ragloop.core.limits import PromptFit, check_max_tokens
 from ragloop.core.protocols import ChatModel
 from ragloop.core.records import Chunk
-from ragloop.core.records.gaps import QUOTE_CHARS, EvidenceGaps, GapPart
+from ragloop.core.records.gaps import CLOSEST_CHARS, QUOTE_CHARS, EvidenceGaps, GapPart, NearMiss
 from ragloop.core.records.rag import EvaluationResult
 from ragloop.core.text import content_stems, stem
 
@@ -124,6 +125,19 @@ def _quoted(terms: list[str], limit: int = 3) -> str:
     return shown + (f" and {len(terms) - limit} more" if len(terms) > limit else "")
 
 
+def _unsaid(foreign: list[str], part: str, claim: str, stand_ins: dict[str, list[str]]) -> bool:
+    """Whether ``part`` asks about a word the documents never use that ``claim`` does not say,
+    neither as it is nor in one of the corpus words that stand for it."""
+    asked = content_stems(part)
+    said = content_stems(claim)
+    return any(
+        stem(term) in asked
+        and stem(term) not in said
+        and not any(stem(word) in said for word in stand_ins.get(term, []))
+        for term in foreign
+    )
+
+
 class HeuristicEvaluator:
     """Judges an answer without an LLM: grounded, complete, a score, and a reason worded for
     the strategy picker (see ``docs/offline.md``).
@@ -131,9 +145,10 @@ class HeuristicEvaluator:
     - **score**: the chance that the answer is right, from :class:`AnswerJudge`'s analysis
       (coverage of the question's terms and names, embedding similarity, the kind of answer
       asked for, words the documents never use, parts, grounding), calibrated on HotpotQA and
-      MuSiQue (:func:`~ragloop.components.heuristics.judging.answer_probability`): the offline loops
-      converge at 0.5 (``ragloop.offline.OFFLINE_TARGET_PRECISION``), where the judge finds the
-      answer more likely right than wrong;
+      MuSiQue (:func:`~ragloop.components.heuristics.judging.answer_probability`); the offline
+      loops read it through the shipped calibration
+      (:func:`~ragloop.components.heuristics.confidence.offline_calibration`) and stand by an
+      answer at a target precision of 0.8 (``ragloop.offline.OFFLINE_TARGET_PRECISION``);
     - **grounded**: every answer sentence is supported by the chunks, lexically
       (:class:`~ragloop.LexicalGrounder`) or, with an embedder, by a chunk sentence whose
       embedding is close (for generators that paraphrase);
@@ -188,6 +203,23 @@ class HeuristicEvaluator:
         )
         return verdict, found
 
+    def closest(self, query: str, chunks: list[Chunk], limit: int = 3) -> list[NearMiss]:
+        """The passages of ``chunks`` that come closest to answering ``query``, best first:
+        each chunk's best sentence and what follows it (:func:`closest_units`), its section,
+        and how close it came (the sentence's score: the chance the extractive answer gives
+        it)."""
+        found = closest_units(query, chunks, self.corpus, limit=limit, chars=CLOSEST_CHARS)
+        return [
+            NearMiss(
+                chunk_id=chunk.id,
+                source=chunk.source,
+                score=round(sentence.score, 4),
+                text=quote,
+                heading=sentence.heading or sentence.title or None,
+            )
+            for chunk, sentence, quote in found
+        ]
+
     def evidence_gaps(self, query: str, chunks: list[Chunk], answer: str) -> EvidenceGaps:
         """Which parts of the question the answer's evidence covers (each with the chunk and
         the sentence that cover it) and which it does not, and the question's words no chunk
@@ -197,14 +229,16 @@ class HeuristicEvaluator:
         asked = profile(query)
         found = self.analyst.analyse(asked, chunks, answer) if chunks else Analysis()
         parts = asked.parts if asked.is_multi_part else [query]
-        # a word the documents never use, nothing standing for it, leaves its part unanswered
-        absent = {stem(t) for t in found.unresolved if t in found.foreign and not is_generic(t)}
+        # a word the documents never use leaves its part unanswered unless the sentence that
+        # answers the part says it in the corpus's words (a stand-in the chunks have is not
+        # enough: "helicopter" read as "fly" is not found in a sentence about a tent's price)
+        foreign = [t for t in found.foreign if not is_generic(t)]
         gaps = []
         for index, part in enumerate(parts):
             covered = found.part_sources.get(index)
             if not asked.is_multi_part and not found.complete:
                 covered = None
-            if absent & content_stems(part):
+            if covered is not None and _unsaid(foreign, part, covered[0], found.stand_ins):
                 covered = None
             if covered is None:
                 gaps.append(GapPart(part=part, found=False))

@@ -5,8 +5,11 @@ The parts come from the evaluator when it can split the question and check each 
 :class:`~ragloop.HeuristicEvaluator`: ``evidence_gaps``). Otherwise (an LLM evaluator, or none)
 they come from the run: the sub-queries of a decomposition, each found when the answer cites a
 chunk its search returned, or the whole question, found when the evaluator's verdict was
-grounded and complete. The nearest misses are the best chunks the searches returned; the
-searches are every query in the order it was sent.
+grounded and complete. The nearest misses are the chunks that come closest: when the
+evaluator can tell (``closest``, the :class:`~ragloop.HeuristicEvaluator`: each chunk's best
+sentence, scored as the extractive answer scores them), among the answer's chunks and the
+best the searches returned; otherwise the best chunks the searches returned. The searches are
+every query in the order it was sent.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ragloop.core.records.rag import EvaluationResult
 from ragloop.core.text import content_terms, stem
 
 NEAREST = 3  # near misses a report lists
+CANDIDATES = 12  # chunks an evaluator's ``closest`` reads for them
 
 logger = logging.getLogger("ragloop")
 
@@ -45,6 +49,43 @@ def nearest_misses(searches: Sequence[tuple[str, Sequence[Chunk]]]) -> list[Near
         )
         for q, chunk in best
     ]
+
+
+async def closest_passages(
+    evaluator: object,
+    question: str,
+    answer: str,
+    answer_chunks: Sequence[Chunk],
+    searches: Sequence[tuple[str, Sequence[Chunk]]],
+) -> list[NearMiss]:
+    """The evaluator's closest passages among the answer's chunks and the searches' best
+    (``CANDIDATES`` of them), best first: the ``NEAREST`` closest, and the chunks the answer
+    cites besides (the second hop of an answer that took two is seldom close to the question
+    by itself), else :func:`nearest_misses`."""
+    if evaluator is None or not has_method(evaluator, "closest"):
+        return nearest_misses(searches)
+    candidates = {c.id: c for c in answer_chunks}
+    by_score = sorted((c for _, found in searches for c in found), key=lambda c: -c.score)
+    for chunk in by_score:
+        if len(candidates) >= CANDIDATES:
+            break
+        candidates.setdefault(chunk.id, chunk)
+    first_query = {c.id: q for q, found in reversed(searches) for c in found}
+    try:
+        found = await call(
+            method(evaluator, "closest", "evaluator"),
+            question,
+            list(candidates.values()),
+            len(candidates),
+        )
+    except Exception as error:  # the report is a courtesy: the run's answer stands
+        logger.warning("ragloop: the evaluator's closest failed: %s", error)
+        return nearest_misses(searches)
+    if not isinstance(found, list) or not all(isinstance(m, NearMiss) for m in found):
+        return nearest_misses(searches)
+    cited = {c.chunk_id for c in resolve_citations(answer, answer_chunks)}
+    kept = [m for i, m in enumerate(found) if i < NEAREST or m.chunk_id in cited]
+    return [m.model_copy(update={"query": first_query.get(m.chunk_id, "")}) for m in kept]
 
 
 def absent_terms(question: str, chunks: Sequence[Chunk]) -> list[str]:
@@ -119,9 +160,10 @@ async def evidence_gaps(
             parts=run_parts(question, answer, answer_chunks, searches, verdict, sub_queries),
             missing_terms=absent_terms(question, gathered),
         )
+    nearest = await closest_passages(evaluator, question, answer, answer_chunks, searches)
     return report.model_copy(
         update={
-            "nearest": nearest_misses(searches),
+            "nearest": nearest,
             "searches": list(dict.fromkeys(q for q, _ in searches)),
             "probability": None if probability is None else round(probability, 4),
             "target": target,

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from starlette.routing import Route
 
 from ragloop.core.records.agent import AgentResult
+from ragloop.core.records.gaps import shown_answer
 from ragloop.core.records.rag import LoopResult
 from ragloop.core.records.retrieval import RetrievalResult
 from ragloop.kb.ingest.sources import upload_names
@@ -355,7 +356,8 @@ def _answer(kind: str, outcome: Outcome, *, rewrite: Rewrite | None = None) -> A
         run_id=result.run_id,
         engine=kind,
         question=result.query,
-        answer=result.answer,
+        answer=shown_answer(result.answer, result.confident, result.gaps),
+        attempt=None if result.confident else result.answer,
         citations=outcome.citations,
         stop_reason=result.stop_reason.value,
         outcome=result.stop_reason.outcome,

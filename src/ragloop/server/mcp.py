@@ -342,7 +342,7 @@ def build_mcp(service: Service, notices: DocumentNotices | None = None) -> MCPSe
         result = outcome.result
         return Answer(
             question=question,
-            answer=chat_text(result) if result.answer else None,
+            answer=chat_text(result) or None,
             sources=[Source.model_validate(c) for c in outcome.citations],
             engine=kind,
             stop_reason=result.stop_reason.value,

@@ -179,7 +179,15 @@ class AskResponse(BaseModel):
     run_id: str
     engine: str
     question: str
-    answer: str | None
+    answer: str | None = Field(
+        description="What the run answers; when it is not confident, evidence first: that no "
+        "sure answer was found, then the closest passages, best first (`gaps` in full)."
+    )
+    attempt: str | None = Field(
+        default=None,
+        description="When the run is not confident: the best answer it came to, which it "
+        "does not stand by.",
+    )
     citations: list[Citation]
     stop_reason: str
     outcome: str

@@ -30,6 +30,7 @@ from ragloop.core.budget import Budget
 from ragloop.core.errors import ConfigError, TraceNotFound
 from ragloop.core.files import traces_path_for
 from ragloop.core.records import Chunk, StopReason
+from ragloop.core.records.gaps import shown_answer
 from ragloop.engines.retrieval import RetrievalLoop
 from ragloop.kb.ingest.discover import IngestReport
 from ragloop.kb.ingest.sources import upload_names
@@ -81,12 +82,9 @@ class Outcome:
 
 
 def chat_text(result: Any) -> str:
-    """A run's answer as a chat client shows it: the answer, and for one that is not
-    confident, one line of what was found and what was not."""
-    answer = getattr(result, "answer", None) or ""
-    gaps = getattr(result, "gaps", None)
-    line = gaps.line() if gaps is not None and not result.confident else ""
-    return f"{answer}\n\n{line}".strip() if line else answer
+    """A run's answer as a chat client shows it: the answer, or for one that is not
+    confident, evidence first (:func:`~ragloop.core.records.gaps.shown_answer`)."""
+    return shown_answer(getattr(result, "answer", None), result.confident, result.gaps)
 
 
 class Service:

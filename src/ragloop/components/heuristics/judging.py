@@ -13,13 +13,13 @@ the knowledge base, the way :class:`~ragloop.HeuristicEvaluator` and
   answer gives, with the headings it quotes from;
 - **similarity**: the best embedding cosine of an answer sentence to the question;
 - **answer type**: whether the answer holds what was asked for (a duration, an exception's name,
-  a version, a default value, ...);
+  a version, a default value, ...): part of "complete", not of the chance (fitted at 0.00);
 - **foreign terms**: the weight of question words the documents never use, nothing in the
   answer stands for, and that are names or jargon rather than everyday English (a question
   about ``bitcoin`` in a shop handbook). A generic word such as "policy" or "happens" that no
   document uses is not missing content, and coverage leaves it out; an everyday content word
   ("rent") that nothing in the answer stands for is missing from coverage;
-- **parts**, **grounding** and **evidence coverage**, and how much the question asks (its
+- **parts** and **grounding**, and how much the question asks (its
   number of content terms: a long question is harder to answer with a few quoted sentences).
 
 :func:`answer_probability` turns these into the chance that the answer is right: a logistic
@@ -86,7 +86,7 @@ class Analysis:
     foreign: list[str] = field(default_factory=list)  # ... that the corpus never uses
     stand_ins: dict[str, list[str]] = field(default_factory=dict)  # foreign term -> corpus words
     read_as: dict[str, list[str]] = field(default_factory=dict)  # ... of which the answer uses
-    evidence_coverage: float = 0.0
+    evidence_coverage: float = 0.0  # the question's terms the chunks cover (the reason's)
     answered: bool = False
     answer_coverage: float = 0.0
     grounded_share: float = 0.0
@@ -129,26 +129,20 @@ ANSWER_FEATURES = (
     "coverage",
     "names",
     "similarity",
-    "typed",
-    "untyped",
     "length",
     "foreign",
     "parts_missing",
     "ungrounded",
-    "evidence",
 )
 ANSWER_COEFFICIENTS = {
     "bias": -3.87,
     "coverage": 1.85,
     "names": 0.85,
     "similarity": 3.08,
-    "typed": 0.00,
-    "untyped": 0.00,
     "length": -0.68,
     "foreign": -1.26,
     "parts_missing": 0.00,
     "ungrounded": -3.0,  # not fitted: extractive answers are always grounded (see above)
-    "evidence": 0.00,
 }
 
 
@@ -156,30 +150,23 @@ ANSWER_LEXICAL = {  # the same without an embedder
     "bias": -2.96,
     "coverage": 2.20,
     "names": 1.43,
-    "typed": 0.00,
-    "untyped": 0.00,
     "length": -0.09,
     "foreign": 0.00,
     "parts_missing": -0.61,
     "ungrounded": -3.0,
-    "evidence": 0.00,
 }
 
 
 def answer_features(asked: QuestionProfile, found: Analysis) -> dict[str, float]:
     """The features of :data:`ANSWER_FEATURES` (all in [0, 1])."""
-    typed = asked.answer_type not in (None, "yesno")
     return {
         "coverage": found.answer_coverage,
         "names": found.names_given,
         "similarity": found.similarity,
-        "typed": float(typed and found.type_found),
-        "untyped": float(typed and not found.type_found),
         "length": min(len(asked.terms), MANY_TERMS) / MANY_TERMS,
         "foreign": min(found.foreign_share, 1.0),
         "parts_missing": len(found.uncovered_parts) / max(len(asked.parts), 1),
         "ungrounded": 1.0 - found.grounded_share,
-        "evidence": found.evidence_coverage,
     }
 
 

@@ -14,6 +14,7 @@ from ragloop.components.heuristics.extractive import (
     Sentence,
     SentenceScorer,
     sentence_similarity,
+    split_chunks,
 )
 from ragloop.components.heuristics.questions import (
     QuestionProfile,
@@ -241,3 +242,36 @@ def _follow_pointers(
             if there:  # its sentence with most of the question's words, then the best
                 asked = scorer.question.stems
                 chosen.append(max(there, key=lambda s: (len(s.stems & asked), s.score)))
+
+
+def closest_units(
+    question: str, chunks: Sequence[Chunk], corpus: Corpus | None, *, limit: int, chars: int
+) -> list[tuple[Chunk, Sentence, str]]:
+    """The chunks that come closest to answering ``question``, best first, at most ``limit``:
+    each chunk's best sentence (scored as the extractive answer scores them), with the chunk's
+    text from that sentence on, cut to about ``chars`` characters at a sentence's end."""
+    sentences = split_chunks(chunks)
+    if not sentences:
+        return []
+    scorer = SentenceScorer.build(question, sentences)
+    ranked = scorer.score(chunks, sentence_similarity(corpus, scorer, chunks), corpus)
+    best: dict[int, Sentence] = {}
+    for sentence in ranked:
+        best.setdefault(sentence.chunk, sentence)
+    picked = sorted(best.values(), key=lambda s: (-s.score, s.chunk))[:limit]
+    return [(chunks[s.chunk], s, _from_sentence_on(chunks[s.chunk], s, chars)) for s in picked]
+
+
+def _from_sentence_on(chunk: Chunk, sentence: Sentence, chars: int) -> str:
+    """The chunk's text from ``sentence`` on, at most about ``chars`` characters, cut after
+    the last whole sentence that fits (the sentence itself always)."""
+    text = " ".join(chunk.content.split())
+    said = " ".join(sentence.text.split())
+    start = text.find(said)
+    if start < 0:
+        return said if len(said) <= chars else said[: chars - 1].rstrip() + "…"
+    rest = text[start:]
+    if len(rest) <= chars:
+        return rest
+    cut = max(rest.rfind(". ", len(said), chars), rest.rfind("? ", len(said), chars))
+    return rest[: cut + 1] if cut > 0 else rest[:chars].rstrip() + "…"

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-QUOTE_CHARS = 160  # how much of a chunk a part or a near miss quotes
+QUOTE_CHARS = 160  # how much of a chunk a part quotes
+CLOSEST_CHARS = 400  # how much of its passage a near miss quotes
 LINE_PARTS = 3  # parts named in the one-line summary, each side
+# what an answer that is not confident says first, in every front end (ask, the page, the
+# HTTP API, the OpenAI route, MCP)
+NOT_SURE = "No sure answer was found in the documents."
+CLOSEST_LEAD = "The closest passages, best first:"
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -28,13 +33,17 @@ class GapPart(BaseModel):
 
 class NearMiss(BaseModel):
     """A chunk that came close: retrieved for the question, but not enough to answer it.
-    ``score`` is its retrieval relevance in [0, 1]; ``query`` the search that found it."""
+    ``text`` quotes the part of it that comes closest (its best sentence, when the evaluator
+    can tell), ``heading`` the section that sits under; ``score`` is how close it came, in
+    [0, 1] (the evaluator's reading of its best sentence, else its retrieval relevance);
+    ``query`` the search that found it."""
 
     chunk_id: str
     source: str
     score: float = Field(ge=0.0, le=1.0)
     text: str
     query: str = ""
+    heading: str | None = None
 
 
 class EvidenceGaps(BaseModel):
@@ -64,6 +73,27 @@ class EvidenceGaps(BaseModel):
     def not_found(self) -> list[GapPart]:
         return [p for p in self.parts if not p.found]
 
+    def evidence_text(self) -> str:
+        """What an answer that is not confident shows: that no sure answer was found, what
+        was found of a question of several parts and what was not (with the sentence found for
+        each part found), then the closest passages, best first, each with its source and
+        section (Markdown lists)."""
+        lines = [NOT_SURE]
+        if self.found and self.not_found:
+            lines.append(self.line())
+            quoted = [
+                f'- {_short(p.part.rstrip("?"))}: "{" ".join(p.quote.split())}" ({p.source})'
+                for p in self.found
+                if p.quote and p.source
+            ]
+            lines += ["", *quoted] if quoted else []
+        if self.nearest:
+            lines += ["", CLOSEST_LEAD]
+            for n, miss in enumerate(self.nearest, 1):
+                where = miss.source + (f", {miss.heading}" if miss.heading else "")
+                lines.append(f"{n}. {' '.join(miss.text.split())} ({where})")
+        return "\n".join(lines)
+
     def line(self) -> str:
         """One short line for chat clients: ``Found: ...; not found: ...``."""
 
@@ -85,3 +115,12 @@ class EvidenceGaps(BaseModel):
             return ""
         text = "; ".join(pieces)
         return text[0].upper() + text[1:] + "."
+
+
+def shown_answer(answer: str | None, confident: bool, gaps: EvidenceGaps | None) -> str:
+    """An answer as every front end shows it: a confident one as it is; one that is not
+    confident evidence first (:meth:`EvidenceGaps.evidence_text`), never the best attempt
+    dressed as an answer."""
+    if confident or gaps is None:
+        return answer or ""
+    return gaps.evidence_text()

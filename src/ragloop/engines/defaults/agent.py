@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 from ragloop.components.calibration import IDENTITY
+from ragloop.components.heuristics.confidence import offline_calibration
 from ragloop.components.heuristics.controller import OfflineController
 from ragloop.components.heuristics.corpus import Corpus
 from ragloop.core.calls import ChatFn
@@ -56,7 +57,9 @@ def agent_parts(source: Any, **options: Unpack[AgentLoopOptions]) -> AgentParts:
     controller: ChatModel | ChatFn = model
     if model is None:
         settings.setdefault("target_precision", OFFLINE_TARGET_PRECISION)
-        calibration = calibration_of(settings.get("calibration")) or IDENTITY
+        if "calibration" not in settings:
+            settings["calibration"] = offline_calibration()
+        calibration = calibration_of(settings["calibration"]) or IDENTITY
         offline = OfflineController(
             corpus=_scoped(source, settings),
             threshold=calibration.score_for(settings["target_precision"]),

@@ -3,10 +3,11 @@
 Without a model: :class:`~ragloop.ExtractiveGenerator`, :class:`~ragloop.HeuristicEvaluator`
 and :class:`~ragloop.HeuristicReformulator`, all three consulting the knowledge base (its wider
 search, embedder and link graph) through one :class:`~ragloop.Corpus`, and the loop converges
-at :data:`OFFLINE_TARGET_PRECISION` (or the ``target_precision=`` given, read through the
-``calibration=`` given). With a model: :class:`~ragloop.LLMGenerator`,
-:class:`~ragloop.LLMEvaluator` and :class:`~ragloop.LLMReformulator` (whose fallback still
-consults the corpus), and ragsnag's threshold unless ``target_precision=`` is given.
+at :data:`OFFLINE_TARGET_PRECISION` (or the ``target_precision=`` given), read through the
+shipped calibration of the offline judge (or the ``calibration=`` given). With a model:
+:class:`~ragloop.LLMGenerator`, :class:`~ragloop.LLMEvaluator` and
+:class:`~ragloop.LLMReformulator` (whose fallback still consults the corpus), and ragsnag's
+threshold unless ``target_precision=`` is given.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Unpack
 
 from ragloop.components.evaluators import HeuristicEvaluator, LLMEvaluator
 from ragloop.components.generators import ExtractiveGenerator, LLMGenerator
+from ragloop.components.heuristics.confidence import offline_calibration
 from ragloop.components.heuristics.corpus import Corpus
 from ragloop.components.heuristics.judging import AnswerJudge
 from ragloop.components.reformulators import HeuristicReformulator, LLMReformulator
@@ -25,15 +27,16 @@ from ragloop.core.protocols import Evaluator, Generator, Reformulator, Retriever
 from ragloop.engines.options import LoopConfig, RAGLoopOptions
 from ragloop.kb.knowledge_base import KnowledgeBase, KnowledgeBaseRetriever
 
-# The offline judge's score is a calibrated chance of being right (HeuristicEvaluator), and a
-# quoted answer's chance seldom passes 0.8 even when it is right (BENCHMARKS.md: reliability of
-# the offline judge), so the offline loops converge at 0.5: they stand by an answer the judge
-# finds more likely right than wrong. An LLM judge keeps ragsnag's 0.8.
+# The offline judge's score is a chance of being right (HeuristicEvaluator), and a quoted
+# answer's chance seldom passes 0.8 even when it is right (BENCHMARKS.md: reliability of the
+# offline judge), so a raw threshold for it (``confidence_threshold=``) sits at 0.5, where the
+# judge finds the answer more likely right than wrong. An LLM judge keeps ragsnag's 0.8.
 OFFLINE_CONFIDENCE = 0.5
-# ... and so stand by an answer at a target precision of 0.5 through the shipped calibration
-# (the identity: the judge's score is the chance, fitted on HotpotQA and MuSiQue). A user who
-# wants fewer wrong answers asks for more (target_precision=0.7) and gets more refusals.
-OFFLINE_TARGET_PRECISION = 0.5
+# By default the offline loops stand by an answer at a target precision of 0.8 instead, read
+# through the shipped calibration (components/heuristics/confidence.py: a score stands for the
+# precision of the answers scored at least as high, fitted across corpora): what a user
+# assumes when ragloop says it is sure. Below it they show the closest passages.
+OFFLINE_TARGET_PRECISION = 0.8
 
 
 @dataclass
@@ -83,6 +86,8 @@ def rag_parts(source: Any, **options: Unpack[RAGLoopOptions]) -> RAGParts:
     if config is None:
         if model is None and "confidence_threshold" not in settings:
             settings.setdefault("target_precision", OFFLINE_TARGET_PRECISION)
+            if "calibration" not in settings:
+                settings["calibration"] = offline_calibration()
         config = LoopConfig(**settings)
     corpus = Corpus.of(source)
     if model is None:
