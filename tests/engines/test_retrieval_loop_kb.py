@@ -308,6 +308,9 @@ def test_offline_wires_the_offline_components(kb):
     assert isinstance(loop.router, RetrievalRouter)
     assert isinstance(loop.refiner, EntityBridgeRefiner)
     assert isinstance(loop.embedding_cache, SemanticEmbeddingCache)
+    # one copy of each query's vector however many loops run: the knowledge base's own cache
+    assert loop.embedding_cache.exact is kb.query_vector_cache
+    assert RetrievalLoop.offline(kb).embedding_cache.exact is kb.query_vector_cache
     assert isinstance(loop.cost_estimator, DefaultCostEstimator)
     result = loop.run("Where was the star of the film Sinister born?")
     assert "hawke.md" in sources(result)[:3]

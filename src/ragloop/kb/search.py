@@ -123,6 +123,13 @@ class Searching:
             store.load_indexes(keyword=mode == "hybrid", dense=True)
             return embedding.result()
 
+    @property
+    def query_vector_cache(self) -> ExactEmbeddingCache:
+        """The cache of the queries' embeddings (bounded), which this knowledge base's
+        searches fill and other caches of the same vectors may share (the offline retrieval
+        loops' semantic cache does: one copy of each vector however many engines run)."""
+        return self._query_vectors
+
     def query_vector(self, query: str) -> list[float]:
         """The query's embedding, from the cache when this query was embedded before: in this
         process (in memory), or, for a store every process shares (PostgreSQL:

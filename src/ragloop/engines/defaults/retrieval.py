@@ -101,6 +101,6 @@ def retrieval_parts(
         understander=understander,
         router=RetrievalRouter(retriever, routes=dict.fromkeys(QueryShape, "hybrid")),
         refiner=EntityBridgeRefiner(),
-        embedding_cache=SemanticEmbeddingCache(),
+        embedding_cache=SemanticEmbeddingCache(exact=retriever.kb.query_vector_cache),
         cost_estimator=DefaultCostEstimator(),
     )
