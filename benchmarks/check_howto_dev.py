@@ -1,6 +1,6 @@
 """Check benchmarks/howto_dev.jsonl against the Python 3.11 docs corpus.
 
-Run:  /work/main/.venv/bin/python benchmarks/check_howto_dev.py [--tarball PATH] [--dataset PATH]
+Run:  .venv/bin/python benchmarks/check_howto_dev.py [--tarball PATH] [--dataset PATH]
 
 Reads the corpus straight from the tarball (nothing is unpacked). Page text is
 BeautifulSoup get_text() (no separator) of div[role=main], with the '¶'
@@ -35,10 +35,12 @@ import tarfile
 from pathlib import Path
 
 from bs4 import BeautifulSoup
+from dev_set_checks import check_items
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_TARBALL = Path("/work/shared/data/pydocs311/pydocs311-html.tar.gz")
-DEFAULT_DEV = Path("/work/shared/data/pydocs311_qa/dev.jsonl")
+DATA = HERE.parents[1] / "shared" / "data"
+DEFAULT_TARBALL = DATA / "pydocs311" / "pydocs311-html.tar.gz"
+DEFAULT_DEV = DATA / "pydocs311_qa" / "dev.jsonl"
 CORPUS_DIRS = ("library/", "tutorial/", "howto/", "faq/", "reference/")
 KINDS = {"howto", "howto_multi", "unanswerable"}
 
@@ -71,7 +73,6 @@ def main() -> int:
     args = ap.parse_args()
 
     pages = load_corpus(args.tarball)
-    lower_pages = {k: v.lower() for k, v in pages.items()}
     items = [
         json.loads(line)
         for line in args.dataset.read_text(encoding="utf-8").splitlines()
@@ -85,88 +86,16 @@ def main() -> int:
             if line.strip()
         }
 
-    failures: list[str] = []
-
-    def fail(item_id: str, msg: str) -> None:
-        failures.append(f"{item_id}: {msg}")
-
-    seen_questions: set[str] = set()
-    for n, item in enumerate(items, 1):
-        iid = item.get("id", f"<line {n}>")
-        if iid != f"howto-{n:03d}":
-            fail(iid, f"expected id howto-{n:03d}")
-        q = item.get("question", "")
-        if not q:
-            fail(iid, "empty question")
-        if q.casefold() in seen_questions:
-            fail(iid, "duplicate question")
-        seen_questions.add(q.casefold())
-        if q.casefold().strip() in dev_questions:
-            fail(iid, "question repeats one in pydocs311_qa/dev.jsonl")
-        kind = item.get("kind")
-        if kind not in KINDS:
-            fail(iid, f"bad kind {kind!r}")
-            continue
-        if item.get("answerable") is not (kind != "unanswerable"):
-            fail(iid, "answerable does not match kind")
-
-        if kind == "unanswerable":
-            for key in ("gold_answers", "gold_files", "evidence"):
-                if item.get(key):
-                    fail(iid, f"unanswerable item has non-empty {key}")
-            if not isinstance(item.get("lexical_trap"), bool):
-                fail(iid, "lexical_trap must be true/false")
-            if not item.get("note"):
-                fail(iid, "missing note")
-            terms = item.get("absent_terms") or []
-            if not terms:
-                fail(iid, "missing absent_terms")
-            for term in terms:
-                hits = [p for p, t in lower_pages.items() if term.lower() in t]
-                if hits:
-                    fail(iid, f"absent term {term!r} occurs in {', '.join(sorted(hits)[:5])}")
-            continue
-
-        # answerable
-        files = item.get("gold_files") or []
-        evidence = item.get("evidence") or []
-        if not files:
-            fail(iid, "no gold_files")
-        if not evidence:
-            fail(iid, "no evidence")
-        for f in files:
-            if f not in pages:
-                fail(iid, f"gold file {f} is not a corpus page")
-        for frag in evidence:
-            cf = collapse(frag)
-            if not any(cf in pages.get(f, "") for f in files):
-                fail(iid, f"evidence not found in gold files: {frag[:80]!r}")
-        # every gold file should contribute at least one fragment
-        for f in files:
-            if f in pages and not any(collapse(frag) in pages[f] for frag in evidence):
-                fail(iid, f"no evidence fragment comes from {f}")
-
-        if kind == "howto":
-            groups = [item.get("gold_answers") or []]
-            if item.get("gold_answers_all"):
-                fail(iid, "howto item should not have gold_answers_all")
-        else:
-            groups = item.get("gold_answers_all") or []
-            if len(groups) < 2:
-                fail(iid, "howto_multi needs at least two gold_answers_all groups")
-            if item.get("gold_answers"):
-                fail(iid, "howto_multi item should have empty gold_answers")
-        ev_text = " ".join(collapse(e) for e in evidence).lower()
-        for group in groups:
-            if not group:
-                fail(iid, "empty gold answer group")
-            for ans in group:
-                if ans.lower() not in ev_text:
-                    fail(iid, f"gold answer {ans!r} not in evidence")
-                if ans.lower() in q.lower():
-                    fail(iid, f"gold answer {ans!r} occurs in the question")
-                if len(ans.split()) > 4:
-                    fail(iid, f"gold answer {ans!r} longer than 4 words")
+    failures = check_items(
+        items,
+        prefix="howto",
+        kinds=KINDS,
+        multi_kind="howto_multi",
+        docs=pages,
+        known=dev_questions,
+        known_name="one in pydocs311_qa/dev.jsonl",
+        normalise=collapse,
+    )
 
     counts = collections.Counter(i.get("kind") for i in items)
     gold_pages = sorted({f for i in items for f in i.get("gold_files", [])})

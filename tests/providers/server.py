@@ -156,23 +156,7 @@ class _ChatHandler(BaseHTTPRequestHandler):
             return
         body = json.loads(raw) if raw else {}
         if body.get("stream"):
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
-            events = [
-                json.dumps(
-                    {**chunk, "choices": [{"index": 0, "delta": {"content": owner.content}}]}
-                ),
-                json.dumps(
-                    {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
-                ),
-            ]
-            self.send_response(200)
-            self.send_header("content-type", "text/event-stream")
-            self.send_header("connection", "close")
-            self.end_headers()
-            for event in events:
-                self.wfile.write(f"data: {event}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
-            self.close_connection = True
+            self._stream(owner)
             return
         if owner.body is not None:
             self._send(owner.body.encode())
@@ -193,6 +177,29 @@ class _ChatHandler(BaseHTTPRequestHandler):
         }
         self._send(json.dumps(reply).encode())
 
+    def _stream(self, owner: ChatServer) -> None:
+        """The streamed content in deltas of ``piece_chars`` (one delta when 0), stopping
+        halfway until ``resume`` is set when ``pause_halfway``."""
+        text = owner.streamed if owner.streamed is not None else owner.content
+        size = owner.piece_chars or max(len(text), 1)
+        pieces = [text[i : i + size] for i in range(0, len(text), size)] or [""]
+        chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("connection", "close")
+        self.end_headers()
+        for n, piece in enumerate(pieces):
+            if owner.pause_halfway and n == len(pieces) // 2:
+                self.wfile.flush()
+                owner.halfway.set()
+                owner.resume.wait(60)
+            delta = {**chunk, "choices": [{"index": 0, "delta": {"content": piece}}]}
+            self.wfile.write(f"data: {json.dumps(delta)}\n\n".encode())
+            self.wfile.flush()
+        end = {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        self.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+        self.close_connection = True
+
     def _send(self, payload: bytes) -> None:
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -209,13 +216,29 @@ class _ChatServer(ThreadingHTTPServer):
 class ChatServer:
     """An OpenAI-compatible chat model on 127.0.0.1 that answers every request with
     ``content`` (streamed when the request asks), after ``delay_s`` seconds; ``body``, when
-    given, is the whole reply to a request that is not streamed; a context manager. ``spec``
-    is the model spec ragloop reads (``openai-compatible:URL#m``)."""
+    given, is the whole reply to a request that is not streamed; ``streamed`` what a streamed
+    request gets instead, in deltas of ``piece_chars``, stopping halfway until :attr:`resume`
+    is set when ``pause_halfway``; a context manager. ``spec`` is the model spec ragloop reads
+    (``openai-compatible:URL#m``)."""
 
-    def __init__(self, content: str = "", *, body: str | None = None, delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        content: str = "",
+        *,
+        body: str | None = None,
+        delay_s: float = 0.0,
+        streamed: str | None = None,
+        piece_chars: int = 0,
+        pause_halfway: bool = False,
+    ) -> None:
         self.content = content
         self.body = body
         self.delay_s = delay_s
+        self.streamed = streamed  # what a streamed request gets (else ``content``)
+        self.piece_chars = piece_chars
+        self.pause_halfway = pause_halfway
+        self.halfway = threading.Event()  # set when a paused stream is halfway
+        self.resume = threading.Event()  # ... which goes on when this is set
         self.requests = 0
         self.released = threading.Event()
         self._httpd = _ChatServer(("127.0.0.1", 0), _ChatHandler)
@@ -234,6 +257,7 @@ class ChatServer:
 
     def __exit__(self, *exc: object) -> None:
         self.released.set()
+        self.resume.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(5)

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from ragloop import Document, KnowledgeBase
 from ragloop.config import Settings
 from ragloop.kb.ingest.chunking import rejoin
-from ragloop.server import mcp as served
+from ragloop.server import mcp_documents
 from ragloop.server.mcp import build_mcp
 from ragloop.server.service import Service
 from tests.server.conftest import build_kb
@@ -57,7 +57,7 @@ async def every_page(client: Client) -> list[list[str]]:
 async def test_resources_list_pages_through_the_documents_a_key_may_read(
     kb_path, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(served, "RESOURCES_PAGE", 3)
+    monkeypatch.setattr(mcp_documents, "RESOURCES_PAGE", 3)
     async with serving_mcp(kb_path, tmp_path, "alice") as (client, _):  # public only
         pages = await every_page(client)
     assert [len(p) for p in pages] == [3, 1]

@@ -6,9 +6,6 @@ arrives token by token; confident, not sure and error each wear their own colour
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
@@ -19,6 +16,7 @@ from selenium.webdriver.common.by import By
 from ragloop import Document, KnowledgeBase
 from ragloop.config import Settings
 from ragloop.providers import override_allow_model_requests
+from tests.providers.server import ChatServer
 from tests.server import test_page
 from tests.server.conftest import build_kb, key_settings, serving
 
@@ -133,99 +131,19 @@ See [the textwrap docs](https://docs.python.org/3/library/textwrap.html)."""
 VERDICT = {"is_grounded": True, "is_complete": True, "score": 0.95, "reason": "it says so"}
 
 
-class WritingModel:
-    """An OpenAI-compatible chat model on 127.0.0.1: the answer (the one request that
-    streams) comes as the generator's JSON in small pieces and stops halfway until
-    :meth:`go`; any other request (the judge's) gets a verdict."""
-
-    def __init__(self) -> None:
-        self.halfway = threading.Event()
-        self.resume = threading.Event()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                if body.get("stream"):
-                    owner.stream(self)
-                else:
-                    owner.reply(self, json.dumps(VERDICT))
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def spec(self) -> str:
-        return f"openai-compatible:http://127.0.0.1:{self.server.server_address[1]}/v1#m"
-
-    def go(self) -> None:
-        self.resume.set()
-
-    def stream(self, handler: BaseHTTPRequestHandler) -> None:
-        text = json.dumps({"answer": ANSWER, "confidence": 0.9})
-        pieces = [text[i : i + 6] for i in range(0, len(text), 6)]
-        handler.send_response(200)
-        handler.send_header("content-type", "text/event-stream")
-        handler.send_header("connection", "close")
-        handler.end_headers()
-        for n, piece in enumerate(pieces):
-            if n == len(pieces) // 2:
-                handler.wfile.flush()
-                self.halfway.set()
-                self.resume.wait(60)
-            chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-                     "choices": [{"index": 0, "delta": {"content": piece}}]}  # fmt: skip
-            handler.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            handler.wfile.flush()
-        end = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-               "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}  # fmt: skip
-        handler.wfile.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
-        handler.close_connection = True
-
-    def reply(self, handler: BaseHTTPRequestHandler, content: str) -> None:
-        payload = json.dumps(
-            {
-                "id": "c",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "m",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": content},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            }
-        ).encode()
-        handler.send_response(200)
-        handler.send_header("content-type", "application/json")
-        handler.send_header("content-length", str(len(payload)))
-        handler.end_headers()
-        handler.wfile.write(payload)
-
-    def __enter__(self) -> WritingModel:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.resume.set()
-        self.server.shutdown()
-        self.server.server_close()
+def writing_model() -> ChatServer:
+    """A chat model on 127.0.0.1: the answer (the one request that streams) comes as the
+    generator's JSON in small pieces and stops halfway until ``resume`` is set; any other
+    request (the judge's) gets a verdict."""
+    answer = json.dumps({"answer": ANSWER, "confidence": 0.9})
+    return ChatServer(json.dumps(VERDICT), streamed=answer, piece_chars=6, pause_halfway=True)
 
 
 def test_an_llm_answer_arrives_token_by_token_and_is_rendered_as_markdown(
     browser, kb_path, tmp_path
 ):
     with (
-        WritingModel() as model,
+        writing_model() as model,
         override_allow_model_requests("loopback"),
         serving(kb_path, Settings.model_validate({"model": {"spec": model.spec}}), tmp_path) as (
             url,
@@ -246,7 +164,7 @@ def test_an_llm_answer_arrives_token_by_token_and_is_rendered_as_markdown(
         assert "textwrap docs" not in written  # half of it: the rest is still to come
         turn = test_page.turns(browser)[0]
         assert turn.get_attribute("data-state") == "working"
-        model.go()
+        model.resume.set()
         turn = settled(browser, 1)
         assert turn.get_attribute("data-state") == "confident"
         rendered = turn.find_element(By.CSS_SELECTOR, ".answer-text")
